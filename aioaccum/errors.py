@@ -59,18 +59,30 @@ class BrokerError(AioAccumError):
     Attributes:
         errno: Kafka's numeric error code (``-1`` when the error is not the broker's).
         retriable: Whether sending again may succeed.
+        invalid_metadata: Whether the error means cached metadata (leaders) is stale.
     """
 
-    def __init__(self, message: str, *, errno: int = -1, retriable: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        errno: int = -1,
+        retriable: bool = False,
+        invalid_metadata: bool = False,
+    ) -> None:
         super().__init__(message)
         self.errno = errno
         self.retriable = retriable
+        self.invalid_metadata = invalid_metadata
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_broker_error, (type(self), str(self), self.errno, self.retriable))
+        return (
+            _rebuild_broker_error,
+            (type(self), str(self), self.errno, self.retriable, self.invalid_metadata),
+        )
 
 
 def _rebuild_broker_error(
-    cls: type[BrokerError], message: str, errno: int, retriable: bool
+    cls: type[BrokerError], message: str, errno: int, retriable: bool, invalid_metadata: bool
 ) -> BrokerError:
-    return cls(message, errno=errno, retriable=retriable)
+    return cls(message, errno=errno, retriable=retriable, invalid_metadata=invalid_metadata)

@@ -1,0 +1,289 @@
+"""ProducerBatch: the records bound for one partition, and their shared outcome.
+
+A port of Kafka's ``ProducerBatch`` and ``ProduceRequestResult``. A batch wraps a
+:class:`MemoryRecordsBuilder` that writes into a buffer borrowed from the pool, keeps one small
+entry per record (its future and the sizes that go into its ``RecordMetadata``), and ends exactly
+once: succeeded, failed or aborted. The batch never creates futures and never reads the clock; the
+caller hands it both, so it stays a plain object that tests can drive synchronously.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from aioaccum._core.cluster import TopicPartition
+from aioaccum._core.codecs import CompressionType
+from aioaccum._core.records import MemoryRecordsBuilder
+
+if TYPE_CHECKING:
+    from aioaccum._core.records import Header
+
+__all__ = [
+    "FinalState",
+    "ProduceRequestResult",
+    "ProducerBatch",
+    "RecordMetadata",
+    "ResultSink",
+]
+
+
+class RecordMetadata(NamedTuple):
+    """Where the broker put a record (Kafka's ``RecordMetadata``).
+
+    ``offset`` is -1 when the broker gave none (``acks=0``); ``timestamp`` is the log-append time
+    when the topic uses it, else the record's own create time.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    serialized_key_size: int
+    serialized_value_size: int
+
+
+class ResultSink(Protocol):
+    """What a batch resolves per record: an ``asyncio.Future`` satisfies it.
+
+    The protocol keeps this module free of asyncio: the producer makes the futures.
+    """
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: RecordMetadata, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+class FinalState(enum.Enum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+class ProduceRequestResult:
+    """The outcome every record of one batch shares (Kafka's ``ProduceRequestResult``)."""
+
+    __slots__ = ("base_offset", "error", "log_append_time", "tp")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: BaseException | None = None
+
+
+class _Thunk(NamedTuple):
+    sink: ResultSink | None
+    timestamp: int
+    key_size: int
+    value_size: int
+
+
+class ProducerBatch:
+    """Records for one topic-partition, built in one pooled buffer.
+
+    Times (``created``, ``last_attempt``, ``drained``) are in the caller's clock, in seconds.
+    """
+
+    __slots__ = (
+        "_final_state",
+        "_thunks",
+        "attempts",
+        "backoff",
+        "base_sequence",
+        "buffer",
+        "builder",
+        "created",
+        "drained",
+        "from_pool",
+        "in_retry",
+        "last_attempt",
+        "result",
+        "tp",
+    )
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        builder: MemoryRecordsBuilder,
+        now: float,
+        *,
+        from_pool: bool = True,
+    ) -> None:
+        self.tp = tp
+        self.from_pool = from_pool
+        self.backoff = 0.0
+        self.builder = builder
+        # The pooled buffer is kept apart from the builder: the builder may spill into a bigger
+        # bytearray, but it is this object that goes back to the pool.
+        self.buffer = builder.buffer
+        self.created = now
+        self.last_attempt = now
+        self.drained = now
+        self.attempts = 0
+        self.in_retry = False
+        self.base_sequence = -1
+        self.result = ProduceRequestResult(tp)
+        self._thunks: list[_Thunk] = []
+        self._final_state: FinalState | None = None
+
+    # --- appending
+
+    def try_append(
+        self,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        sink: ResultSink | None,
+    ) -> bool:
+        """Append one record if it fits; the first record of a batch always does."""
+        if self.builder.try_append(timestamp, key, value, headers) < 0:
+            return False
+        self._thunks.append(
+            _Thunk(
+                sink,
+                timestamp,
+                -1 if key is None else len(key),
+                -1 if value is None else len(value),
+            )
+        )
+        return True
+
+    @property
+    def record_count(self) -> int:
+        return len(self._thunks)
+
+    @property
+    def is_full(self) -> bool:
+        return self.builder.is_full
+
+    @property
+    def estimated_size_in_bytes(self) -> int:
+        return self.builder.estimated_size_in_bytes
+
+    def close(self) -> None:
+        """Stop appends and seal the bytes (compression, header, CRC)."""
+        self.builder.close()
+
+    @property
+    def is_closed(self) -> bool:
+        return self.builder.is_closed
+
+    def records(self) -> memoryview:
+        """Exactly the bytes this batch wrote: never the stale tail of a reused buffer."""
+        return self.builder.build()
+
+    def set_producer_state(self, producer_id: int, epoch: int, base_sequence: int) -> None:
+        self.base_sequence = base_sequence
+        self.builder.set_producer_state(producer_id, epoch, base_sequence)
+
+    # --- retries and timing
+
+    def reenqueued(self, now: float, backoff: float) -> None:
+        self.backoff = backoff
+        self.attempts += 1
+        self.last_attempt = now
+        self.drained = now
+        self.in_retry = True
+
+    def mark_drained(self, now: float) -> None:
+        self.drained = now
+
+    def has_reached_delivery_timeout(self, delivery_timeout: float, now: float) -> bool:
+        return now - self.created >= delivery_timeout
+
+    # --- completion
+
+    @property
+    def final_state(self) -> FinalState | None:
+        return self._final_state
+
+    @property
+    def is_done(self) -> bool:
+        return self._final_state is not None
+
+    def complete(self, base_offset: int, log_append_time: int) -> bool:
+        """Resolve every record with its offset. Returns False if the batch had already ended."""
+        if not self._set_final_state(FinalState.SUCCEEDED):
+            return False
+        self.result.base_offset = base_offset
+        self.result.log_append_time = log_append_time
+        topic, partition = self.tp
+        for i, (sink, timestamp, key_size, value_size) in enumerate(self._thunks):
+            if sink is None or sink.done():
+                continue
+            sink.set_result(
+                RecordMetadata(
+                    topic,
+                    partition,
+                    -1 if base_offset < 0 else base_offset + i,
+                    timestamp if log_append_time < 0 else log_append_time,
+                    key_size,
+                    value_size,
+                )
+            )
+        return True
+
+    def fail(self, error: BaseException) -> bool:
+        """Fail every record with its own copy of ``error``. False if already ended."""
+        return self._finish_with_error(FinalState.FAILED, error)
+
+    def abort(self, error: BaseException) -> bool:
+        """End the batch without sending it (close, or a fatal producer error)."""
+        return self._finish_with_error(FinalState.ABORTED, error)
+
+    def _finish_with_error(self, state: FinalState, error: BaseException) -> bool:
+        if not self._set_final_state(state):
+            return False
+        self.result.error = error
+        for thunk in self._thunks:
+            sink = thunk.sink
+            if sink is not None and not sink.done():
+                # One copy per record: a traceback attached while one caller handles it must not
+                # leak into another caller's exception.
+                sink.set_exception(copy.copy(error))
+        return True
+
+    def _set_final_state(self, state: FinalState) -> bool:
+        current = self._final_state
+        if current is None:
+            self._final_state = state
+            return True
+        if current is FinalState.SUCCEEDED:
+            raise RuntimeError(
+                f"batch for {self.tp} already succeeded; cannot move to {state.name}"
+            )
+        # FAILED/ABORTED -> anything else: the first outcome stands (e.g. a late response).
+        return False
+
+    # --- splitting
+
+    def split_records(self) -> Iterator[tuple[int, bytes | None, bytes | None, list[Header],
+                                              ResultSink | None]]:
+        """Yield each record with its own result sink, for re-batching after MESSAGE_TOO_LARGE."""
+        for (timestamp, key, value, headers), thunk in zip(
+            self.builder.iter_records(), self._thunks, strict=True
+        ):
+            yield timestamp, key, value, list(headers), thunk.sink
+
+    def detach_sinks(self) -> None:
+        """Forget the record sinks once the records moved to new batches by a split."""
+        self._thunks = [t._replace(sink=None) for t in self._thunks]
+
+    @property
+    def compression(self) -> CompressionType:
+        return self.builder.compression
+
+    def __repr__(self) -> str:
+        state = self._final_state.name if self._final_state else "open"
+        if self.is_closed and self._final_state is None:
+            state = "closed"
+        return (
+            f"<ProducerBatch {self.tp.topic}-{self.tp.partition} records={self.record_count} "
+            f"bytes~{self.estimated_size_in_bytes} attempts={self.attempts} {state}>"
+        )

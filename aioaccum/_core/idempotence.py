@@ -1,0 +1,61 @@
+"""Producer id, epoch and per-partition sequence numbers for the idempotent producer.
+
+The part of Kafka's ``TransactionManager`` an idempotent (non-transactional) producer needs. The
+broker de-duplicates retries by (producer id, epoch, partition, sequence), so each batch is
+stamped once, when it is first drained, and keeps its sequence across retries.
+"""
+
+from __future__ import annotations
+
+from aioaccum._core.batch import ProducerBatch
+from aioaccum._core.cluster import TopicPartition
+
+__all__ = ["ProducerIdAndEpoch", "TransactionManager"]
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+_MAX_SEQUENCE = 2**31 - 1
+
+
+class ProducerIdAndEpoch:
+    __slots__ = ("epoch", "producer_id")
+
+    def __init__(self, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH) -> None:
+        self.producer_id = producer_id
+        self.epoch = epoch
+
+    @property
+    def is_valid(self) -> bool:
+        return self.producer_id >= 0
+
+    def __repr__(self) -> str:
+        return f"ProducerIdAndEpoch(producer_id={self.producer_id}, epoch={self.epoch})"
+
+
+class TransactionManager:
+    """Hands out sequence numbers per partition for one producer id and epoch."""
+
+    def __init__(self) -> None:
+        self.producer = ProducerIdAndEpoch()
+        self._next_sequence: dict[TopicPartition, int] = {}
+
+    def set_producer_id_and_epoch(self, producer_id: int, epoch: int) -> None:
+        self.producer = ProducerIdAndEpoch(producer_id, epoch)
+        self._next_sequence.clear()
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer.is_valid
+
+    def next_sequence(self, tp: TopicPartition) -> int:
+        return self._next_sequence.get(tp, 0)
+
+    def stamp(self, batch: ProducerBatch) -> None:
+        """Give a batch its producer id, epoch and first sequence, once; retries keep them."""
+        if batch.base_sequence >= 0 or not self.producer.is_valid:
+            return
+        tp = batch.tp
+        sequence = self._next_sequence.get(tp, 0)
+        batch.set_producer_state(self.producer.producer_id, self.producer.epoch, sequence)
+        # Sequences wrap at 2**31 like Java's DefaultRecordBatch.incrementSequence.
+        self._next_sequence[tp] = (sequence + batch.record_count) % (_MAX_SEQUENCE + 1)

@@ -1,0 +1,323 @@
+"""Choosing a partition: murmur2 for keyed records, sticky batches for keyless ones.
+
+Theory of operation
+-------------------
+Keyed records go to ``to_positive(murmur2(key)) % num_partitions``, bit for bit what Kafka's Java
+client computes (``Utils.murmur2`` / ``BuiltInPartitioner.partitionForKey``), so a key lands on the
+same partition whichever Kafka client produced it.
+
+Keyless records use :class:`BuiltInPartitioner`, a port of Kafka's KIP-794 "uniform sticky"
+partitioner. Each topic has one *sticky* partition that receives every keyless record until about
+``batch_size`` bytes have been appended to it; then a new sticky partition is drawn at random
+among the partitions that have a leader. Sticking fills batches (fewer, larger requests); switching
+after a batch's worth of bytes spreads the load evenly over time. The switch is refused while the
+caller says the current batch is not yet full (``enable_switch=False``), which keeps batches
+aligned with ``batch_size``, but never once twice ``batch_size`` bytes have gone to the partition.
+
+With adaptive partitioning, the accumulator reports how many batches each partition has queued,
+and the draw favours short queues: a partition's weight is ``max_queue + 1 - its_queue`` (Kafka's
+``PartitionLoadStats``), so a broker that drains slowly receives less new data.
+
+Unlike Kafka, the next partition is drawn lazily, on the first :meth:`BuiltInPartitioner.partition`
+call after the switch, because that call carries the freshest cluster view. The result is the
+same draw from the same distribution.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import random
+import struct
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TypeAlias
+
+from aioaccum._core.cluster import ClusterView
+
+__all__ = [
+    "BuiltInPartitioner",
+    "Partitioner",
+    "choose_partition",
+    "default_partition",
+    "murmur2",
+    "to_positive",
+]
+
+Partitioner = Callable[[str, bytes | None, bytes | None, Sequence[int], Sequence[int]], int]
+"""A custom partitioner: ``(topic, key_bytes, value_bytes, all_partitions, available_partitions)``.
+
+It returns the partition number for the record. ``key_bytes``/``value_bytes`` are the serialized
+key and value (``None`` when absent); ``all_partitions`` lists every partition of the topic and
+``available_partitions`` those that currently have a leader (it may be empty).
+"""
+
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK = 0xFFFFFFFF
+_SIGN = 0x80000000
+_WORD = struct.Struct("<I")
+
+_ByteLike: TypeAlias = bytes | bytearray | memoryview
+
+
+def murmur2(data: _ByteLike) -> int:
+    """Kafka's 32-bit murmur2 hash of ``data``, as a signed 32-bit int (Java ``Utils.murmur2``).
+
+    Args:
+        data: The bytes to hash.
+
+    Returns:
+        The hash in ``[-2**31, 2**31)``, equal to what the Java client returns.
+    """
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    whole = length & ~3
+    if whole:
+        # One C-level unpack of all the little-endian words, then a tight integer loop: the
+        # per-byte indexing of a literal port is several times slower in CPython.
+        for k in struct.unpack_from(f"<{whole >> 2}I", data):
+            k = (k * _M) & _MASK
+            k = ((k ^ (k >> 24)) * _M) & _MASK
+            h = ((h * _M) ^ k) & _MASK
+    rest = length - whole
+    if rest:
+        if rest == 3:
+            h ^= data[whole + 2] << 16
+        if rest >= 2:
+            h ^= data[whole + 1] << 8
+        h = ((h ^ data[whole]) * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - 0x100000000 if h & _SIGN else h
+
+
+def to_positive(n: int) -> int:
+    """Clear the sign bit of a 32-bit int, as Kafka's ``Utils.toPositive`` (not ``abs``)."""
+    return n & 0x7FFFFFFF
+
+
+def default_partition(key_bytes: _ByteLike, num_partitions: int) -> int:
+    """The partition Kafka's Java client picks for a serialized key.
+
+    Args:
+        key_bytes: The serialized key.
+        num_partitions: The number of partitions of the topic (all of them, available or not).
+
+    Raises:
+        ValueError: ``num_partitions`` is not positive.
+    """
+    if num_partitions <= 0:
+        raise ValueError(f"num_partitions must be > 0, got {num_partitions}")
+    return to_positive(murmur2(key_bytes)) % num_partitions
+
+
+def choose_partition(
+    topic: str,
+    key_bytes: bytes | None,
+    value_bytes: bytes | None,
+    cluster: ClusterView,
+    *,
+    partition: int | None = None,
+    partitioner: Partitioner | None = None,
+    ignore_keys: bool = False,
+) -> int | None:
+    """Pick the partition for a record the way Kafka's ``KafkaProducer.partition`` does.
+
+    In order: an explicit ``partition`` wins; then a custom ``partitioner``; then murmur2 of the
+    key (unless ``ignore_keys``). ``None`` means "keyless": ask :class:`BuiltInPartitioner`.
+
+    Args:
+        topic: The record's topic; its metadata must be known.
+        key_bytes: The serialized key, or ``None``.
+        value_bytes: The serialized value, or ``None``.
+        cluster: The cluster view.
+        partition: A partition chosen by the caller.
+        partitioner: A custom partitioner (see :data:`Partitioner`).
+        ignore_keys: Use the sticky partitioner even for keyed records
+            (``partitioner.ignore.keys``).
+
+    Returns:
+        The partition, or ``None`` when the built-in sticky partitioner should choose.
+
+    Raises:
+        ValueError: The topic's partitions are unknown, or the explicit or custom partition
+            is not one of them.
+    """
+    partitions = cluster.partitions_for_topic(topic)
+    if not partitions:
+        raise ValueError(f"no partitions known for topic {topic!r}; fetch its metadata first")
+    if partition is not None:
+        if not 0 <= partition < len(partitions):
+            raise ValueError(
+                f"partition {partition} of topic {topic!r} does not exist: "
+                f"valid partitions are 0..{len(partitions) - 1}"
+            )
+        return partition
+    if partitioner is not None:
+        chosen = partitioner(
+            topic, key_bytes, value_bytes, partitions, cluster.available_partitions_for_topic(topic)
+        )
+        if isinstance(chosen, bool) or not isinstance(chosen, int):
+            raise ValueError(f"the custom partitioner returned {chosen!r}, not an int")
+        if not 0 <= chosen < len(partitions):
+            raise ValueError(
+                f"the custom partitioner returned partition {chosen} for topic {topic!r}, "
+                f"which has partitions 0..{len(partitions) - 1}"
+            )
+        return chosen
+    if key_bytes is not None and not ignore_keys:
+        return to_positive(murmur2(key_bytes)) % len(partitions)
+    return None
+
+
+class _TopicState:
+    __slots__ = ("excluded", "partition", "produced", "queue_sizes")
+
+    def __init__(self) -> None:
+        self.partition: int | None = None
+        self.produced = 0
+        self.queue_sizes: Mapping[int, int] | None = None
+        self.excluded: frozenset[int] = frozenset()
+
+
+class BuiltInPartitioner:
+    """Kafka's sticky partitioner for keyless records (KIP-794), one state per topic.
+
+    The accumulator's loop for a keyless record is: ``p = partition(topic, cluster)``; append to
+    ``p``; ``update_partition_info(topic, p, appended_bytes, enable_switch)``, where
+    ``enable_switch`` is true when every batch queued for ``p`` is full (as Kafka does), so a
+    switch never strands a half-filled batch.
+
+    Args:
+        sticky_batch_size: Bytes to send to one partition before switching (``batch_size``).
+        adaptive: Weight the choice of the next partition by queue sizes reported through
+            :meth:`update_partition_load_stats` (``partitioner_adaptive_partitioning_enable``).
+        rng: The random source; pass a seeded ``random.Random`` for repeatable tests.
+    """
+
+    def __init__(
+        self,
+        sticky_batch_size: int,
+        *,
+        adaptive: bool = True,
+        rng: random.Random | None = None,
+    ) -> None:
+        if sticky_batch_size < 0:
+            raise ValueError(f"sticky_batch_size must be >= 0, got {sticky_batch_size}")
+        self._sticky_batch_size = sticky_batch_size
+        self._adaptive = adaptive
+        self._rng = rng if rng is not None else random.Random()
+        self._topics: dict[str, _TopicState] = {}
+
+    @property
+    def sticky_batch_size(self) -> int:
+        return self._sticky_batch_size
+
+    def partition(self, topic: str, cluster: ClusterView) -> int:
+        """The current sticky partition of ``topic``, drawing a new one if there is none.
+
+        Raises:
+            ValueError: The topic has no known partitions.
+        """
+        state = self._topics.get(topic)
+        if state is not None and state.partition is not None:
+            return state.partition
+        if state is None:
+            state = self._topics[topic] = _TopicState()
+        state.partition = self._next_partition(topic, state, cluster)
+        state.produced = 0
+        return state.partition
+
+    def peek(self, topic: str) -> int | None:
+        """The current sticky partition of ``topic`` without drawing one (``None`` if none)."""
+        state = self._topics.get(topic)
+        return None if state is None else state.partition
+
+    def produced_bytes(self, topic: str) -> int:
+        """Bytes counted towards the current sticky partition of ``topic``."""
+        state = self._topics.get(topic)
+        return 0 if state is None else state.produced
+
+    def update_partition_info(
+        self, topic: str, partition: int, appended_bytes: int, enable_switch: bool = True
+    ) -> bool:
+        """Count bytes appended to ``partition``, and end its stickiness once it has had enough.
+
+        Appends to any partition other than the current sticky one are ignored: they are keyed
+        records, or keyless ones that raced a switch.
+
+        Args:
+            topic: The topic appended to.
+            partition: The partition appended to.
+            appended_bytes: The size the append added to the batch.
+            enable_switch: Whether switching now is welcome (all of the partition's batches are
+                full). Past ``2 * sticky_batch_size`` bytes the switch happens regardless.
+
+        Returns:
+            Whether the sticky partition was released; the next :meth:`partition` draws anew.
+        """
+        state = self._topics.get(topic)
+        if state is None or state.partition != partition:
+            return False
+        state.produced += appended_bytes
+        produced = state.produced
+        limit = self._sticky_batch_size
+        if (enable_switch and produced >= limit) or produced >= 2 * limit:
+            state.partition = None
+            state.produced = 0
+            return True
+        return False
+
+    on_append = update_partition_info
+
+    def update_partition_load_stats(
+        self,
+        topic: str,
+        queue_sizes: Mapping[int, int] | None,
+        excluded: Collection[int] = (),
+    ) -> None:
+        """Record how loaded each partition of ``topic`` is, for the adaptive draw.
+
+        Ignored when adaptive partitioning is off.
+
+        Args:
+            topic: The topic.
+            queue_sizes: Partition number mapped to its queue length (Kafka uses the number of
+                batches queued). Partitions missing from the mapping count as empty. ``None``
+                forgets the stats, so the next draw is uniform.
+            excluded: Partitions not to choose although they have a leader, e.g. those whose
+                leader has not accepted a request for ``partitioner_availability_timeout_ms``.
+        """
+        if not self._adaptive:
+            return
+        state = self._topics.get(topic)
+        if state is None:
+            state = self._topics[topic] = _TopicState()
+        state.queue_sizes = None if queue_sizes is None else dict(queue_sizes)
+        state.excluded = frozenset(excluded) if queue_sizes is not None else frozenset()
+
+    def remove_topic(self, topic: str) -> None:
+        """Forget everything about ``topic`` (it expired from metadata, or was deleted)."""
+        self._topics.pop(topic, None)
+
+    def _next_partition(self, topic: str, state: _TopicState, cluster: ClusterView) -> int:
+        available = cluster.available_partitions_for_topic(topic)
+        if not available:
+            # No partition has a leader: pick among all of them and let the records wait there
+            # for a leader, as Kafka does.
+            everything = cluster.partitions_for_topic(topic)
+            if not everything:
+                raise ValueError(
+                    f"no partitions known for topic {topic!r}; fetch its metadata first"
+                )
+            return everything[self._rng.randrange(len(everything))]
+        sizes = state.queue_sizes
+        if sizes is None:
+            return available[self._rng.randrange(len(available))]
+        candidates = [p for p in available if p not in state.excluded] or list(available)
+        loads = [sizes.get(p, 0) for p in candidates]
+        top = max(loads) + 1
+        cumulative = list(itertools.accumulate(top - load for load in loads))
+        pick = self._rng.randrange(cumulative[-1])
+        return candidates[bisect.bisect_right(cumulative, pick)]

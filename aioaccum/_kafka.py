@@ -1,0 +1,272 @@
+"""The one module that talks to aiokafka: connections, metadata and the produce protocol.
+
+Everything above this module sees the small :class:`KafkaAdapter` protocol and aioaccum's own
+error tree; aiokafka's classes and exceptions stop here. Tests of the sender drive a fake that
+implements the same protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiokafka.errors as kerr
+from aiokafka.client import AIOKafkaClient
+from aiokafka.protocol.produce import ProduceRequest
+from aiokafka.protocol.transaction import InitProducerIdRequest
+from aiokafka.structs import TopicPartition as KafkaTopicPartition
+
+from aioaccum._core.cluster import TopicPartition
+from aioaccum.config import ProducerConfig
+from aioaccum.errors import AioAccumError, BrokerError, ProducerTimeoutError
+
+__all__ = [
+    "AioKafkaAdapter",
+    "KafkaAdapter",
+    "PartitionResponse",
+    "broker_error_for_code",
+    "map_errors",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResponse:
+    """One partition's answer in a produce response."""
+
+    error: BrokerError | None
+    base_offset: int
+    log_append_time: int
+
+
+class KafkaAdapter(Protocol):
+    """What the sender and producer need from the network layer."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def leader_for(self, tp: TopicPartition) -> int | None: ...
+
+    def partitions_for_node(self, node: int) -> Sequence[TopicPartition]: ...
+
+    def partitions_for_topic(self, topic: str) -> Sequence[int] | None: ...
+
+    def available_partitions_for_topic(self, topic: str) -> Sequence[int]: ...
+
+    def request_metadata_update(self, topics: Sequence[str] = ()) -> None: ...
+
+    async def wait_for_topic(self, topic: str, timeout: float) -> Sequence[int]: ...
+
+    async def produce(
+        self,
+        node: int,
+        *,
+        acks: int,
+        timeout_ms: int,
+        batches: Sequence[tuple[TopicPartition, memoryview]],
+    ) -> dict[TopicPartition, PartitionResponse]: ...
+
+    async def init_producer_id(self) -> tuple[int, int]: ...
+
+
+def broker_error_for_code(code: int, message: str | None = None) -> BrokerError:
+    """A typed error for a Kafka error code, with aiokafka's retriable flag."""
+    cls = kerr.for_code(code)
+    text = f"{cls.__name__} (error code {code})"
+    if message:
+        text = f"{text}: {message}"
+    return BrokerError(
+        text,
+        errno=code,
+        retriable=bool(cls.retriable),
+        invalid_metadata=bool(getattr(cls, "invalid_metadata", False)),
+    )
+
+
+def _translate(exc: kerr.KafkaError | asyncio.TimeoutError | OSError) -> AioAccumError:
+    if isinstance(exc, kerr.KafkaError):
+        errno = int(getattr(exc, "errno", -1))
+        return BrokerError(
+            str(exc),
+            errno=errno,
+            retriable=bool(exc.retriable),
+            invalid_metadata=bool(getattr(exc, "invalid_metadata", False)),
+        )
+    if isinstance(exc, TimeoutError):
+        return ProducerTimeoutError(f"request timed out: {exc}")
+    return BrokerError(f"connection error: {exc}", retriable=True, invalid_metadata=True)
+
+
+@contextlib.contextmanager
+def map_errors() -> Iterator[None]:
+    """Turn aiokafka and socket errors into aioaccum's tree, keeping the cause."""
+    try:
+        yield
+    except (kerr.KafkaError, OSError) as exc:
+        raise _translate(exc) from exc
+
+
+class AioKafkaAdapter:
+    """:class:`KafkaAdapter` on top of aiokafka's ``AIOKafkaClient``."""
+
+    def __init__(self, config: ProducerConfig) -> None:
+        self._config = config
+        self._client: AIOKafkaClient | None = None
+        self._node_partitions: dict[int, list[TopicPartition]] = {}
+        self._metadata_version = 0
+        self._node_partitions_version = -1
+
+    @property
+    def client(self) -> AIOKafkaClient:
+        if self._client is None:
+            raise RuntimeError("the Kafka adapter is not started")
+        return self._client
+
+    async def start(self) -> None:
+        cfg = self._config
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": cfg.bootstrap_servers,
+            "client_id": cfg.client_id,
+            "metadata_max_age_ms": cfg.metadata_max_age_ms,
+            "request_timeout_ms": cfg.request_timeout_ms,
+            "retry_backoff_ms": cfg.retry_backoff_ms,
+            "connections_max_idle_ms": cfg.connections_max_idle_ms,
+            "security_protocol": cfg.security_protocol,
+            "ssl_context": cfg.ssl_context,
+        }
+        if cfg.sasl_mechanism is not None:
+            kwargs["sasl_mechanism"] = cfg.sasl_mechanism
+            kwargs["sasl_plain_username"] = cfg.sasl_plain_username
+            kwargs["sasl_plain_password"] = cfg.sasl_plain_password
+        client = AIOKafkaClient(**kwargs)
+        client.cluster.add_listener(self._on_metadata_update)
+        try:
+            with map_errors():
+                await client.bootstrap()
+        except BaseException:
+            await client.close()
+            raise
+        self._client = client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    def _on_metadata_update(self, _cluster: object) -> None:
+        self._metadata_version += 1
+
+    # --- cluster view
+
+    def leader_for(self, tp: TopicPartition) -> int | None:
+        leader = self.client.cluster.leader_for_partition(KafkaTopicPartition(tp[0], tp[1]))
+        if leader is None or leader < 0:
+            return None
+        return int(leader)
+
+    def partitions_for_node(self, node: int) -> Sequence[TopicPartition]:
+        if self._node_partitions_version != self._metadata_version:
+            self._node_partitions = {}
+            self._node_partitions_version = self._metadata_version
+        parts = self._node_partitions.get(node)
+        if parts is None:
+            found = self.client.cluster.partitions_for_broker(node) or ()
+            # A stable order makes the drain's rotating start index meaningful.
+            parts = sorted(TopicPartition(tp.topic, tp.partition) for tp in found)
+            self._node_partitions[node] = parts
+        return parts
+
+    def partitions_for_topic(self, topic: str) -> Sequence[int] | None:
+        parts = self.client.cluster.partitions_for_topic(topic)
+        return None if parts is None else sorted(parts)
+
+    def available_partitions_for_topic(self, topic: str) -> Sequence[int]:
+        parts = self.client.cluster.available_partitions_for_topic(topic)
+        return sorted(parts) if parts else []
+
+    def nodes(self) -> list[int]:
+        return sorted(b.nodeId for b in self.client.cluster.brokers())
+
+    def request_metadata_update(self, topics: Sequence[str] = ()) -> None:
+        client = self.client
+        for topic in topics:
+            client.add_topic(topic)
+        client.force_metadata_update()
+
+    async def wait_for_topic(self, topic: str, timeout: float) -> Sequence[int]:
+        """Partitions of ``topic``, fetching metadata until it is known or ``timeout`` passes."""
+        client = self.client
+        parts = client.cluster.partitions_for_topic(topic)
+        if parts:
+            return sorted(parts)
+        deadline = time.monotonic() + timeout
+        client.add_topic(topic)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await client.force_metadata_update()
+            parts = client.cluster.partitions_for_topic(topic)
+            if parts:
+                return sorted(parts)
+            if topic in client.cluster.unauthorized_topics:
+                raise broker_error_for_code(29, f"not authorized to write to topic {topic!r}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            await asyncio.sleep(min(self._config.retry_backoff_ms / 1000, remaining))
+        raise ProducerTimeoutError(
+            f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms; "
+            "create the topic (auto-creation may be off) or raise max_block_ms"
+        )
+
+    # --- requests
+
+    async def produce(
+        self,
+        node: int,
+        *,
+        acks: int,
+        timeout_ms: int,
+        batches: Sequence[tuple[TopicPartition, memoryview]],
+    ) -> dict[TopicPartition, PartitionResponse]:
+        by_topic: dict[str, list[tuple[int, memoryview]]] = collections.defaultdict(list)
+        for tp, records in batches:
+            by_topic[tp[0]].append((tp[1], records))
+        request = ProduceRequest(
+            transactional_id=None,
+            required_acks=acks,
+            timeout=timeout_ms,
+            topics=list(by_topic.items()),
+        )
+        with map_errors():
+            response = await self.client.send(node, request)
+        if acks == 0:
+            return {tp: PartitionResponse(None, -1, -1) for tp, _ in batches}
+        out: dict[TopicPartition, PartitionResponse] = {}
+        for topic, partitions in response.topics:
+            for info in partitions:
+                partition, code, offset, timestamp = info[0], info[1], info[2], info[3]
+                message = info[6] if len(info) > 6 else None
+                error = broker_error_for_code(code, message) if code else None
+                out[TopicPartition(topic, partition)] = PartitionResponse(
+                    error, int(offset), int(timestamp)
+                )
+        return out
+
+    async def init_producer_id(self) -> tuple[int, int]:
+        client = self.client
+        node = client.get_random_node()
+        request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000)
+        with map_errors():
+            response = await client.send(node, request)
+        if response.error_code:
+            raise broker_error_for_code(response.error_code, "InitProducerId failed")
+        return int(response.producer_id), int(response.producer_epoch)

@@ -1,0 +1,206 @@
+"""Command line: ``aioaccum perf`` (like Kafka's kafka-producer-perf-test) and ``aioaccum produce``.
+
+``perf`` prints the same lines as the Java tool, so the two can be set side by side: a window line
+every 5 seconds and a final line with records/sec, MB/sec, average and maximum latency and the
+50th/95th/99th/99.9th percentiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aioaccum.errors import AioAccumError
+from aioaccum.producer import Producer
+
+__all__ = ["main"]
+
+_WINDOW_S = 5.0
+_MAX_LATENCY_SAMPLES = 500_000
+
+
+def _parse_props(pairs: Sequence[str]) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--producer-props expects key=value pairs, got {pair!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+class _Stats:
+    """Latency and throughput book-keeping, in the shape of Kafka's ProducerPerformance.Stats."""
+
+    def __init__(self, num_records: int, record_size: int) -> None:
+        self.start = time.monotonic()
+        self.record_size = record_size
+        self.sampling = max(1, num_records // min(max(num_records, 1), _MAX_LATENCY_SAMPLES))
+        self.latencies: list[float] = []
+        self.count = 0
+        self.total_latency = 0.0
+        self.max_latency = 0.0
+        self.window_start = self.start
+        self.window_count = 0
+        self.window_latency = 0.0
+        self.window_max = 0.0
+
+    def record(self, sent_at: float, now: float, weight: int) -> None:
+        latency = (now - sent_at) * 1000
+        self.count += weight
+        self.total_latency += latency * weight
+        self.max_latency = max(self.max_latency, latency)
+        self.window_count += weight
+        self.window_latency += latency * weight
+        self.window_max = max(self.window_max, latency)
+        self.latencies.append(latency)
+        if now - self.window_start >= _WINDOW_S:
+            self.print_window(now)
+
+    def print_window(self, now: float) -> None:
+        elapsed = max(now - self.window_start, 1e-9)
+        rate = self.window_count / elapsed
+        mb = rate * self.record_size / (1024 * 1024)
+        avg = self.window_latency / max(self.window_count, 1)
+        print(
+            f"{self.window_count} records sent, {rate:.1f} records/sec ({mb:.2f} MB/sec), "
+            f"{avg:.1f} ms avg latency, {self.window_max:.1f} ms max latency.",
+            flush=True,
+        )
+        self.window_start = now
+        self.window_count = 0
+        self.window_latency = 0.0
+        self.window_max = 0.0
+
+    def print_total(self, sent: int) -> dict[str, float]:
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        rate = sent / elapsed
+        mb = rate * self.record_size / (1024 * 1024)
+        avg = self.total_latency / max(self.count, 1)
+        ordered = sorted(self.latencies)
+
+        def pct(p: float) -> int:
+            if not ordered:
+                return 0
+            return int(ordered[min(len(ordered) - 1, int(p * len(ordered)))])
+
+        p50, p95, p99, p999 = pct(0.5), pct(0.95), pct(0.99), pct(0.999)
+        print(
+            f"{sent} records sent, {rate:f} records/sec ({mb:.2f} MB/sec), {avg:.2f} ms avg "
+            f"latency, {self.max_latency:.2f} ms max latency, {p50} ms 50th, {p95} ms 95th, "
+            f"{p99} ms 99th, {p999} ms 99.9th.",
+            flush=True,
+        )
+        return {"records": sent, "records_per_sec": rate, "mb_per_sec": mb, "avg_ms": avg}
+
+
+def _latency_callback(
+    stats: _Stats, loop: asyncio.AbstractEventLoop
+) -> Callable[[asyncio.Future[Any]], None]:
+    sent_at = loop.time()
+
+    def done(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            stats.record(sent_at, loop.time(), stats.sampling)
+
+    return done
+
+
+async def _perf(args: argparse.Namespace) -> int:
+    props: dict[str, Any] = _parse_props(args.producer_props or [])
+    if args.bootstrap_server:
+        props["bootstrap.servers"] = args.bootstrap_server
+    if "bootstrap.servers" not in props and "bootstrap_servers" not in props:
+        raise SystemExit("give --bootstrap-server or bootstrap.servers in --producer-props")
+    rng = random.Random(0)
+    payload = bytes(rng.randrange(65, 91) for _ in range(args.record_size))
+    stats = _Stats(args.num_records, args.record_size)
+    loop = asyncio.get_running_loop()
+    throttle = args.throughput if args.throughput > 0 else None
+    async with Producer.from_properties(props) as producer:
+        await producer.partitions_for(args.topic)
+        stats.start = stats.window_start = time.monotonic()
+        for i in range(args.num_records):
+            future = await producer.send(args.topic, payload)
+            if i % stats.sampling == 0:
+                future.add_done_callback(_latency_callback(stats, loop))
+            if throttle is not None and i % 100 == 0:
+                ahead = (i + 1) / throttle - (time.monotonic() - stats.start)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+        await producer.flush()
+        metrics = producer.metrics()
+    errors = int(metrics.get("record-error-total", 0))
+    sent = int(metrics.get("record-send-total", 0))
+    stats.print_total(sent)
+    if errors:
+        print(f"{errors} records failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _produce(args: argparse.Namespace) -> int:
+    props: dict[str, Any] = _parse_props(args.producer_props or [])
+    props["bootstrap.servers"] = args.bootstrap_server
+    count = 0
+    async with Producer.from_properties(props) as producer:
+        futures = []
+        for line in sys.stdin.buffer:
+            line = line.rstrip(b"\r\n")
+            key: bytes | None = None
+            if args.key_separator is not None:
+                sep = args.key_separator.encode()
+                if sep in line:
+                    key, line = line.split(sep, 1)
+            futures.append(await producer.send(args.topic, line, key=key))
+            count += 1
+        await producer.flush()
+        failed = sum(1 for f in futures if f.exception() is not None)
+    print(f"{count - failed} records produced to {args.topic}, {failed} failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aioaccum", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    perf = sub.add_parser("perf", help="producer throughput and latency test")
+    perf.add_argument("--topic", required=True)
+    perf.add_argument("--num-records", type=int, required=True)
+    perf.add_argument("--record-size", type=int, required=True)
+    perf.add_argument(
+        "--throughput", type=float, required=True, help="records/sec cap; -1 for none"
+    )
+    perf.add_argument("--producer-props", nargs="*", metavar="KEY=VALUE")
+    perf.add_argument("--bootstrap-server")
+    perf.add_argument("--uvloop", action="store_true", help="run on uvloop")
+
+    produce = sub.add_parser("produce", help="send stdin lines to a topic")
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--bootstrap-server", required=True)
+    produce.add_argument("--key-separator", help="split each line into key and value")
+    produce.add_argument("--producer-props", nargs="*", metavar="KEY=VALUE")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    runner = _perf if args.command == "perf" else _produce
+    try:
+        if getattr(args, "uvloop", False):
+            import uvloop
+
+            return int(uvloop.run(runner(args)))
+        return asyncio.run(runner(args))
+    except AioAccumError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,406 @@
+"""The producer's bounded buffer memory: an asyncio port of Kafka's ``BufferPool``.
+
+Theory of operation
+===================
+
+The Java producer caps the memory its record batches may occupy with
+``org.apache.kafka.clients.producer.internals.BufferPool``; this module is that class, rebuilt
+around asyncio instead of a lock and condition variables. Memory lives in exactly one of four
+places, and the pool keeps the sum exact through every path, including timeouts, cancellation
+and ``close()``::
+
+    total_memory == len(free) * poolable_size   # pooled buffers waiting to be reused
+                  + unallocated                 # bytes never handed out, or handed back unpooled
+                  + reserved                    # bytes the head waiter has gathered so far
+                  + allocated                   # bytes in callers' hands
+
+*Free list.* Almost every batch is exactly ``batch_size`` (``poolable_size``) bytes, so such
+buffers are kept after use and handed out again, oldest first, without touching the allocator.
+Any other size is allocated fresh and only its byte count is returned. When an odd-sized request
+needs more than ``unallocated``, pooled buffers are given up from the tail of the free list (the
+most recently returned ones) until it fits, as Kafka's ``freeUp`` does.
+
+*Fast path.* ``allocate_nowait`` serves a request synchronously when nobody is queued and the
+memory is there; ``allocate`` tries it first, so an uncontended allocation never suspends.
+
+*Waiting.* Otherwise the request joins a FIFO of waiters: a dict from an asyncio Future to the
+request, ordered by arrival, so removal of any waiter is O(1). The queue is strictly fair. A new
+request never overtakes a queued one (Kafka's lock can barge, this pool cannot), and only the head
+is ever served, so a large head request blocks smaller ones behind it rather than starving.
+
+*Direct hand-off.* Waiters are never woken to compete for memory. Whoever returns memory
+(``deallocate``, a timeout, a cancellation) runs ``_serve``, which moves memory to the head waiter
+while the pool still owns the bookkeeping: a pooled-size head gets a free buffer object as is; any
+other head gathers bytes piece by piece as they are released (Kafka's ``accumulated``) and is
+granted a fresh ``bytearray`` once it has gathered its full size. A granted waiter leaves the
+queue, and serving continues with the next one while memory remains. Each grant resolves one
+Future, so each grant wakes exactly one task.
+
+*Deadlines and cancellation.* Each waiter computes its deadline once and arms one loop timer for
+it. When the timer fires, the pool removes the waiter, returns what it had gathered, serves the
+next waiter and fails the Future with ``BufferExhaustedError``. Since the timer and the grant
+both run as plain callbacks on the loop, exactly one of them wins, with no window in which a
+waiter is both granted and timed out. A task cancelled while queued leaves the queue and
+returns its gathered bytes. A task cancelled after its grant but before it resumed returns the
+granted buffer. ``close()`` fails every waiter with ``ProducerClosedError``. Buffers that are
+deallocated after that are still counted.
+
+The pool never captures an event loop. Futures and timers are created from the running loop
+inside ``allocate``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aioaccum.errors import BufferExhaustedError, ProducerClosedError, RecordTooLargeError
+
+__all__ = ["BufferPool", "PoolStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """A snapshot of a :class:`BufferPool`, for metrics and debugging.
+
+    Attributes:
+        total: ``total_memory``, the bound on all buffers (``buffer_memory``).
+        poolable_size: Size of the pooled buffers (``batch_size``).
+        free_buffers: Pooled buffers waiting to be reused.
+        unallocated: Bytes not handed out and not held in pooled buffers.
+        available: ``unallocated + free_buffers * poolable_size`` (Java
+            ``buffer-available-bytes``).
+        reserved: Bytes the head waiter has gathered but not yet been granted.
+        allocated: Bytes currently handed out (granted and not yet deallocated).
+        waiters: Queued allocations (Java ``waiting-threads``).
+        allocations: Allocations that returned a buffer.
+        queued_allocations: Allocations that had to wait in the queue.
+        exhausted_count: Allocations that timed out (Java ``buffer-exhausted-total``).
+        wait_time_total_s: Seconds spent waiting in the queue, summed over all waiters (Java
+            ``bufferpool-wait-time-ns-total`` / 1e9); its rate is ``bufferpool-wait-ratio``.
+        closed: Whether :meth:`BufferPool.close` was called.
+    """
+
+    total: int
+    poolable_size: int
+    free_buffers: int
+    unallocated: int
+    available: int
+    reserved: int
+    allocated: int
+    waiters: int
+    allocations: int
+    queued_allocations: int
+    exhausted_count: int
+    wait_time_total_s: float
+    closed: bool
+
+
+class _Waiter:
+    """One queued request: its size, what it has gathered, and its deadline timer."""
+
+    __slots__ = ("accumulated", "size", "timer")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.accumulated = 0
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class BufferPool:
+    """A bounded pool of ``bytearray`` buffers with fair, deadline-bounded waiting.
+
+    Args:
+        total_memory: The most bytes that may be handed out at once (``buffer_memory``).
+        poolable_size: The size of buffers that are kept for reuse (``batch_size``).
+        clock: A monotonic clock in seconds, used only for the wait-time metric.
+
+    Raises:
+        ValueError: If a size is negative, or ``poolable_size`` is zero or above
+            ``total_memory``.
+    """
+
+    def __init__(
+        self,
+        total_memory: int,
+        poolable_size: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if total_memory < 0:
+            raise ValueError(f"total_memory must be >= 0, got {total_memory}")
+        if not 0 < poolable_size <= total_memory:
+            raise ValueError(
+                f"poolable_size must be in 1..total_memory ({total_memory}), got {poolable_size}"
+            )
+        self._total = total_memory
+        self._poolable = poolable_size
+        self._clock = clock
+        self._free: deque[bytearray] = deque()
+        self._unallocated = total_memory
+        self._allocated = 0
+        self._waiters: dict[asyncio.Future[bytearray], _Waiter] = {}
+        self._closed = False
+        self._allocations = 0
+        self._queued_allocations = 0
+        self._exhausted = 0
+        self._wait_time = 0.0
+
+    @property
+    def total_memory(self) -> int:
+        """The bound on all buffers, in bytes."""
+        return self._total
+
+    @property
+    def poolable_size(self) -> int:
+        """The size of the buffers kept for reuse, in bytes."""
+        return self._poolable
+
+    def available_memory(self) -> int:
+        """Bytes that could be allocated now: unallocated plus pooled free buffers."""
+        return self._unallocated + len(self._free) * self._poolable
+
+    def unallocated_memory(self) -> int:
+        """Bytes that are neither handed out nor held in pooled free buffers."""
+        return self._unallocated
+
+    def queued(self) -> int:
+        """How many allocations are waiting for memory."""
+        return len(self._waiters)
+
+    def allocate_nowait(self, size: int) -> bytearray | None:
+        """Allocate without waiting, if that is possible now.
+
+        Args:
+            size: Bytes wanted. A request of exactly ``poolable_size`` may return a reused buffer.
+
+        Returns:
+            A buffer of exactly ``size`` bytes, or ``None`` if the caller would have to wait
+            (memory is short, or other allocations are already queued).
+
+        Raises:
+            RecordTooLargeError: ``size`` exceeds ``total_memory``; waiting would never help.
+            ProducerClosedError: The pool is closed.
+            ValueError: ``size`` is negative.
+        """
+        if self._waiters or self._closed or not 0 <= size <= self._total:
+            self._check_request(size)
+            return None
+        if size == self._poolable and self._free:
+            buffer = self._free.popleft()
+        else:
+            if size > self._unallocated:
+                if size > self._unallocated + len(self._free) * self._poolable:
+                    return None
+                self._free_up(size)
+            self._unallocated -= size
+            buffer = bytearray(size)
+        self._allocated += size
+        self._allocations += 1
+        return buffer
+
+    async def allocate(self, size: int, max_block_ms: float) -> bytearray:
+        """Allocate a buffer, waiting in FIFO order for memory if there is not enough.
+
+        Args:
+            size: Bytes wanted. A request of exactly ``poolable_size`` may return a reused buffer
+                (its old contents are not cleared); any other size gets a fresh ``bytearray``.
+            max_block_ms: How long to wait at most, in milliseconds; ``math.inf`` waits for ever
+                and ``0`` fails at once rather than wait.
+
+        Returns:
+            A buffer of exactly ``size`` bytes. Give it back with :meth:`deallocate`.
+
+        Raises:
+            RecordTooLargeError: ``size`` exceeds ``total_memory``.
+            BufferExhaustedError: No memory came free within ``max_block_ms``.
+            ProducerClosedError: The pool is closed, or was closed while waiting.
+            ValueError: ``size`` is negative or ``max_block_ms`` is NaN.
+        """
+        buffer = self.allocate_nowait(size)
+        if buffer is not None:
+            return buffer
+        if math.isnan(max_block_ms):
+            raise ValueError("max_block_ms must be a number, got NaN")
+        if max_block_ms <= 0:
+            self._exhausted += 1
+            raise BufferExhaustedError(self._exhausted_message(size, max_block_ms))
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bytearray] = loop.create_future()
+        waiter = _Waiter(size)
+        self._waiters[fut] = waiter
+        self._queued_allocations += 1
+        if not math.isinf(max_block_ms):
+            deadline = loop.time() + max_block_ms / 1000.0
+            waiter.timer = loop.call_at(deadline, self._expire, fut, max_block_ms)
+        started = self._clock()
+        # Gather whatever is free now; with no other waiter ahead this makes the new request
+        # the head, and it may even prune a cancelled head and complete at once.
+        self._serve()
+        try:
+            buffer = await fut
+        except BaseException:
+            if not fut.done() or fut.cancelled():
+                fut.cancel()
+                self._leave(fut)
+                self._serve()
+            elif fut.exception() is None:
+                # Granted, but the task is being cancelled before it could take the buffer.
+                self.deallocate(fut.result())
+            raise
+        finally:
+            self._wait_time += self._clock() - started
+        self._allocations += 1
+        return buffer
+
+    def deallocate(self, buffer: bytearray, size: int | None = None) -> None:
+        """Return memory to the pool and serve queued waiters from it.
+
+        A buffer of exactly ``poolable_size`` bytes (both ``len(buffer)`` and ``size``) goes back
+        to the free list for reuse; for any other buffer only the byte count is returned. This
+        works after :meth:`close` too, so accounting stays exact during shutdown.
+
+        Args:
+            buffer: A buffer obtained from this pool, which the caller must no longer use.
+            size: The bytes to return; defaults to ``len(buffer)``.
+
+        Raises:
+            ValueError: ``size`` is negative or more than is currently allocated.
+        """
+        if size is None:
+            size = len(buffer)
+        if not 0 <= size <= self._allocated:
+            raise ValueError(
+                f"cannot deallocate {size} bytes: only {self._allocated} bytes are allocated"
+            )
+        self._allocated -= size
+        if size == self._poolable and len(buffer) == size:
+            self._free.append(buffer)
+        else:
+            self._unallocated += size
+        if self._waiters:
+            self._serve()
+
+    def close(self) -> None:
+        """Close the pool: fail every waiter, and every later allocation, with
+        ``ProducerClosedError``. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        # Nobody is served from here on: each waiter's gathered bytes simply go back.
+        for fut in list(self._waiters):
+            self._leave(fut)
+            if not fut.done():
+                fut.set_exception(
+                    ProducerClosedError("the buffer pool was closed while waiting for memory")
+                )
+
+    def statistics(self) -> PoolStats:
+        """Return a snapshot of the pool's state and counters."""
+        available = self.available_memory()
+        return PoolStats(
+            total=self._total,
+            poolable_size=self._poolable,
+            free_buffers=len(self._free),
+            unallocated=self._unallocated,
+            available=available,
+            reserved=self._total - available - self._allocated,
+            allocated=self._allocated,
+            waiters=len(self._waiters),
+            allocations=self._allocations,
+            queued_allocations=self._queued_allocations,
+            exhausted_count=self._exhausted,
+            wait_time_total_s=self._wait_time,
+            closed=self._closed,
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (
+            f"<BufferPool {state} total={self._total} poolable={self._poolable}"
+            f" available={self.available_memory()} (free={len(self._free)}x{self._poolable}"
+            f" + unallocated={self._unallocated}) allocated={self._allocated}"
+            f" waiters={len(self._waiters)}>"
+        )
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_request(self, size: int) -> None:
+        """Raise the error that forbids ``size`` outright, if any."""
+        if size > self._total:
+            raise RecordTooLargeError(
+                f"cannot allocate {size} bytes: the buffer pool holds only {self._total} bytes"
+                " in all (buffer_memory)"
+            )
+        if size < 0:
+            raise ValueError(f"size must be >= 0, got {size}")
+        if self._closed:
+            raise ProducerClosedError("the buffer pool is closed")
+
+    def _free_up(self, size: int) -> None:
+        """Give up pooled buffers, most recently returned first, until ``size`` is unallocated."""
+        free = self._free
+        while size > self._unallocated and free:
+            free.pop()
+            self._unallocated += self._poolable
+
+    def _serve(self) -> None:
+        """Hand memory to waiters in FIFO order until the head cannot be satisfied."""
+        waiters = self._waiters
+        while waiters:
+            fut = next(iter(waiters))
+            waiter = waiters[fut]
+            if fut.cancelled():
+                # Its task has not run its cleanup yet; do that here so nobody waits behind it.
+                self._leave(fut)
+                continue
+            if waiter.size == self._poolable and self._free:
+                buffer = self._free.popleft()
+                self._unallocated += waiter.accumulated
+            else:
+                need = waiter.size - waiter.accumulated
+                self._free_up(need)
+                got = min(need, self._unallocated)
+                self._unallocated -= got
+                waiter.accumulated += got
+                if got < need:
+                    return
+                buffer = bytearray(waiter.size)
+            del waiters[fut]
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            self._allocated += waiter.size
+            fut.set_result(buffer)
+
+    def _leave(self, fut: asyncio.Future[bytearray]) -> None:
+        """Take ``fut`` out of the queue (if still there) and return its gathered bytes.
+
+        The caller decides whether to serve the next waiter.
+        """
+        waiter = self._waiters.pop(fut, None)
+        if waiter is not None:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            self._unallocated += waiter.accumulated
+
+    def _expire(self, fut: asyncio.Future[bytearray], max_block_ms: float) -> None:
+        """Deadline timer callback for a queued waiter (leaving the queue cancels the timer)."""
+        if not fut.cancelled():
+            # Like Kafka, report the memory available to this waiter, before its share goes back.
+            message = self._exhausted_message(self._waiters[fut].size, max_block_ms)
+            self._exhausted += 1
+            fut.set_exception(BufferExhaustedError(message))
+        self._leave(fut)
+        self._serve()
+
+    def _exhausted_message(self, size: int, max_block_ms: float) -> str:
+        blocked = int(max_block_ms) if max_block_ms == int(max_block_ms) else max_block_ms
+        return (
+            f"Failed to allocate {size} bytes within the configured max blocking time"
+            f" {blocked} ms. Total memory: {self._total} bytes. Available memory:"
+            f" {self.available_memory()} bytes. Poolable size: {self._poolable} bytes"
+        )

@@ -1,0 +1,396 @@
+"""Producer: the public face: config in, pool, accumulator and sender wired, send/flush/close.
+
+``await producer.send(...)`` waits only for the topic's metadata and for buffer memory, both
+bounded by ``max_block_ms``, and returns a future that the sender resolves with the record's
+:class:`RecordMetadata` once the broker acknowledged it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+from aioaccum._core.accumulator import RecordAccumulator
+from aioaccum._core.batch import RecordMetadata
+from aioaccum._core.cluster import TopicPartition
+from aioaccum._core.idempotence import TransactionManager
+from aioaccum._core.partitioner import BuiltInPartitioner, default_partition
+from aioaccum._core.codecs import CompressionType
+from aioaccum._core.records import estimate_size_in_bytes_upper_bound
+from aioaccum._kafka import AioKafkaAdapter, KafkaAdapter
+from aioaccum.config import ProducerConfig
+from aioaccum.errors import (
+    AioAccumError,
+    ConfigError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    SerializationError,
+)
+from aioaccum.metrics import ProducerMetrics
+from aioaccum.pool import BufferPool
+from aioaccum.sender import Sender
+
+__all__ = ["Producer", "RecordMetadata"]
+
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+_MAX_TOPIC_LENGTH = 249
+_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _validate_topic(topic: object) -> str:
+    if not isinstance(topic, str) or not topic:
+        raise ConfigError(f"topic must be a non-empty str, got {topic!r}")
+    if topic in (".", "..") or len(topic) > _MAX_TOPIC_LENGTH or not _TOPIC_CHARS.issuperset(topic):
+        raise ConfigError(
+            f"invalid topic name {topic!r}: use 1 to {_MAX_TOPIC_LENGTH} characters from "
+            "[a-zA-Z0-9._-], not '.' or '..'"
+        )
+    return topic
+
+
+def _as_bytes(what: str, data: object) -> bytes | None:
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, _BYTES_TYPES):
+        return bytes(data)
+    raise SerializationError(
+        f"{what} must be bytes or None, got {type(data).__name__}; encode it first "
+        f"or pass {what}_serializer= to the Producer"
+    )
+
+
+def _validate_headers(headers: object) -> list[tuple[str, bytes | None]]:
+    if headers is None:
+        return []
+    out: list[tuple[str, bytes | None]] = []
+    try:
+        items = list(headers)  # type: ignore[call-overload,unused-ignore]
+    except TypeError:
+        raise SerializationError(
+            f"headers must be a sequence of (str, bytes) pairs, got {type(headers).__name__}"
+        ) from None
+    for i, item in enumerate(items):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise SerializationError(f"header #{i} must be a (str, bytes) pair, got {item!r}")
+        name, value = item
+        if not isinstance(name, str):
+            raise SerializationError(
+                f"header #{i} name must be str, got {type(name).__name__}"
+            )
+        out.append((name, _as_bytes(f"header {name!r} value", value)))
+    return out
+
+
+class Producer:
+    """An asyncio Kafka producer with a bounded buffer pool and per-partition batching.
+
+    Args:
+        bootstrap_servers: ``"host:port,host:port"`` or a list of them.
+        **config: Any setting of :class:`~aioaccum.config.ProducerConfig` by its Python name.
+
+    Use ``async with Producer(...) as producer:`` or call :meth:`start` and :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] | None = None,
+        *,
+        config: ProducerConfig | None = None,
+        kafka: KafkaAdapter | None = None,
+        **settings: Any,
+    ) -> None:
+        if config is None:
+            if bootstrap_servers is not None:
+                settings["bootstrap_servers"] = bootstrap_servers
+            config = ProducerConfig.from_kwargs(**settings)
+        elif settings or bootstrap_servers is not None:
+            raise ConfigError("pass either config= or keyword settings, not both")
+        self._config = config
+        self._kafka_override = kafka
+        self._kafka: KafkaAdapter | None = None
+        self._pool: BufferPool | None = None
+        self._acc: RecordAccumulator | None = None
+        self._sender: Sender | None = None
+        self._sender_task: asyncio.Task[None] | None = None
+        self._metrics = ProducerMetrics()
+        self._partitioner = BuiltInPartitioner(
+            config.batch_size, adaptive=config.partitioner_adaptive_partitioning_enable
+        )
+        self._closed = False
+        self._started = False
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
+        """Build from Java-style properties (``{"bootstrap.servers": ..., "linger.ms": 5}``)."""
+        return cls(config=ProducerConfig.from_properties(properties))
+
+    @property
+    def config(self) -> ProducerConfig:
+        return self._config
+
+    # --- lifecycle
+
+    async def start(self) -> None:
+        """Connect to the cluster and start the sender task."""
+        if self._started:
+            return
+        if self._closed:
+            raise ProducerClosedError("this producer was closed; create a new one")
+        cfg = self._config
+        kafka = self._kafka_override or AioKafkaAdapter(cfg)
+        await kafka.start()
+        self._kafka = kafka
+        self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size)
+        txn = TransactionManager() if cfg.enable_idempotence else None
+        self._acc = RecordAccumulator(
+            self._pool,
+            batch_size=cfg.batch_size,
+            linger=cfg.linger_ms / 1000,
+            delivery_timeout=cfg.delivery_timeout_ms / 1000,
+            compression=CompressionType.from_name(cfg.compression_type),
+            compression_level=cfg.compression_level,
+            transaction_manager=txn,
+        )
+        self._sender = Sender(
+            self._acc,
+            kafka,
+            acks=cfg.acks,
+            request_timeout_ms=cfg.request_timeout_ms,
+            max_request_size=cfg.max_request_size,
+            max_in_flight=cfg.max_in_flight_requests_per_connection,
+            delivery_timeout=cfg.delivery_timeout_ms / 1000,
+            retries=cfg.retries,
+            retry_backoff=cfg.retry_backoff_ms / 1000,
+            retry_backoff_max=cfg.retry_backoff_max_ms / 1000,
+            transaction_manager=txn,
+            metrics=self._metrics,
+        )
+        self._sender_task = asyncio.get_running_loop().create_task(
+            self._sender.run(), name="aioaccum-sender"
+        )
+        self._started = True
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Stop accepting records, deliver what is buffered, then release everything.
+
+        Args:
+            timeout: Seconds to wait for buffered records; ``None`` waits as long as
+                ``delivery_timeout_ms`` allows. Records still unsent after it fail with
+                :class:`ProducerClosedError`.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        sender, task = self._sender, self._sender_task
+        if sender is not None and task is not None:
+            sender.initiate_close()
+            if timeout is not None:
+                try:
+                    async with asyncio.timeout(timeout):
+                        await asyncio.shield(task)
+                except TimeoutError:
+                    sender.force_close()
+            with contextlib.suppress(AioAccumError):
+                await task
+        if self._pool is not None:
+            self._pool.close()
+        if self._kafka is not None:
+            await self._kafka.close()
+
+    # --- sending
+
+    def _running_parts(self) -> tuple[KafkaAdapter, RecordAccumulator, Sender]:
+        if self._closed:
+            raise ProducerClosedError("cannot send: the producer is closed")
+        if self._kafka is None or self._acc is None or self._sender is None:
+            raise ProducerClosedError("cannot send: call await producer.start() first")
+        fatal = self._sender.fatal_error
+        if fatal is not None:
+            raise ProducerClosedError(f"the sender stopped on an error: {fatal!r}") from fatal
+        return self._kafka, self._acc, self._sender
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Buffer one record; return a future of its metadata.
+
+        Waits (up to ``max_block_ms``) only for the topic's metadata and for buffer memory.
+
+        Raises:
+            ProducerClosedError: The producer is closed or not started.
+            SerializationError: Key, value or headers are not bytes and no serializer was given.
+            RecordTooLargeError: The record exceeds ``max_request_size`` or ``buffer_memory``.
+            BufferExhaustedError: No buffer memory freed within ``max_block_ms``.
+            ProducerTimeoutError: The topic's metadata did not arrive within ``max_block_ms``.
+        """
+        kafka, acc, sender = self._running_parts()
+        cfg = self._config
+        start = time.monotonic()
+        _validate_topic(topic)
+        if cfg.key_serializer is not None:
+            key = cfg.key_serializer(key)
+        if cfg.value_serializer is not None:
+            value = cfg.value_serializer(value)
+        key_bytes = _as_bytes("key", key)
+        value_bytes = _as_bytes("value", value)
+        header_list = _validate_headers(headers)
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        elif not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+            raise ConfigError(
+                "timestamp_ms must be a non-negative int (ms since the epoch), "
+                f"got {timestamp_ms!r}"
+            )
+        size = estimate_size_in_bytes_upper_bound(key_bytes, value_bytes, header_list)
+        if size > cfg.max_request_size:
+            raise RecordTooLargeError(
+                f"the record is {size} bytes serialized, larger than max_request_size="
+                f"{cfg.max_request_size}; raise max_request_size (and the topic's "
+                "max.message.bytes) or send smaller records"
+            )
+        if size > cfg.buffer_memory:
+            raise RecordTooLargeError(
+                f"the record is {size} bytes serialized, larger than buffer_memory="
+                f"{cfg.buffer_memory}; raise buffer_memory"
+            )
+
+        partitions = kafka.partitions_for_topic(topic)
+        if not partitions:
+            partitions = await kafka.wait_for_topic(topic, cfg.max_block_ms / 1000)
+        chosen = self._partition(topic, partition, key_bytes, value_bytes, partitions, kafka)
+
+        remaining_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        result = await acc.append(
+            TopicPartition(topic, chosen),
+            timestamp_ms,
+            key_bytes,
+            value_bytes,
+            header_list,
+            future,
+            asyncio.get_running_loop().time(),
+            max(remaining_ms, 0.0),
+        )
+        if (
+            partition is None
+            and cfg.partitioner is None
+            and (key_bytes is None or cfg.partitioner_ignore_keys)
+            and self._partitioner.update_partition_info(
+                topic, chosen, size, result.batch_is_full
+            )
+            and cfg.partitioner_adaptive_partitioning_enable
+        ):
+            # Once per sticky switch, feed the adaptive draw the current queue lengths.
+            self._partitioner.update_partition_load_stats(topic, acc.partition_queue_sizes(topic))
+        if result.batch_is_full or result.new_batch_created:
+            sender.wakeup()
+        return future
+
+    def _partition(
+        self,
+        topic: str,
+        partition: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        partitions: Sequence[int],
+        kafka: KafkaAdapter,
+    ) -> int:
+        cfg = self._config
+        if partition is not None:
+            if not isinstance(partition, int) or partition not in partitions:
+                raise ConfigError(
+                    f"partition {partition!r} is not a partition of topic {topic!r}, "
+                    f"which has partitions 0..{len(partitions) - 1}"
+                )
+            return partition
+        if cfg.partitioner is not None:
+            chosen = cfg.partitioner(
+                topic, key, value, partitions, kafka.available_partitions_for_topic(topic)
+            )
+            if chosen not in partitions:
+                raise ConfigError(
+                    f"the custom partitioner returned {chosen!r} for topic {topic!r}, "
+                    f"which has partitions 0..{len(partitions) - 1}"
+                )
+            return int(chosen)
+        if key is not None and not cfg.partitioner_ignore_keys:
+            return default_partition(key, len(partitions))
+        return self._partitioner.partition(topic, kafka)
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> RecordMetadata:
+        """Send one record and wait for its acknowledgement."""
+        future = await self.send(topic, value, key, partition, timestamp_ms, headers)
+        return await future
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now and wait until each of those records has ended.
+
+        Records appended while flushing are not waited for.
+        """
+        _, acc, sender = self._running_parts()
+        pending = acc.incomplete_batches()
+        acc.begin_flush()
+        sender.wakeup()
+        try:
+            async with asyncio.timeout(timeout):
+                while any(not b.is_done for b in pending):
+                    if sender.fatal_error is not None:
+                        raise ProducerClosedError(
+                            f"the sender stopped on an error: {sender.fatal_error!r}"
+                        )
+                    await sender.wait_for_progress()
+        finally:
+            acc.end_flush()
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partitions, waiting up to ``max_block_ms`` for its metadata."""
+        kafka, _, _ = self._running_parts()
+        _validate_topic(topic)
+        partitions = kafka.partitions_for_topic(topic)
+        if not partitions:
+            partitions = await kafka.wait_for_topic(topic, self._config.max_block_ms / 1000)
+        return list(partitions)
+
+    def metrics(self) -> dict[str, float]:
+        """Java-named producer metrics (``record-send-rate``, ``bufferpool-wait-ratio``, ...)."""
+        if self._pool is None or self._sender is None:
+            return {}
+        return self._metrics.snapshot(self._pool, self._sender.in_flight_requests)
+
+    @property
+    def pool(self) -> BufferPool | None:
+        return self._pool
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("running" if self._started else "new")
+        return f"<Producer {state} bootstrap={self._config.bootstrap_servers!r}>"
