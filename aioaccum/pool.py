@@ -250,7 +250,7 @@ class BufferPool:
                 self._serve()
             elif fut.exception() is None:
                 # Granted, but the task is being cancelled before it could take the buffer.
-                self.deallocate(fut.result())
+                pass
             raise
         finally:
             self._wait_time += self._clock() - started
@@ -308,7 +308,7 @@ class BufferPool:
             free_buffers=len(self._free),
             unallocated=self._unallocated,
             available=available,
-            reserved=self._total - available - self._allocated,
+            reserved=sum(waiter.accumulated for waiter in self._waiters.values()),
             allocated=self._allocated,
             waiters=len(self._waiters),
             allocations=self._allocations,

@@ -499,7 +499,7 @@ async def test_cancelled_head_is_pruned_by_a_newcomer() -> None:
 async def test_error_thrown_into_a_waiting_allocate_leaves_the_queue() -> None:
     pool = BufferPool(P, P)
     (held,) = await hold_all(pool)
-    coro = pool.allocate(2 * P // 2, math.inf)
+    coro = pool.allocate(P, math.inf)
     fut = coro.send(None)  # now queued and suspended on its future
     assert pool.queued() == 1
     with pytest.raises(KeyboardInterrupt):

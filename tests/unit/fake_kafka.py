@@ -1,0 +1,142 @@
+"""A fake broker adapter implementing the ``KafkaAdapter`` protocol, for sender tests.
+
+It keeps a log per partition, decodes every batch it is sent with aiokafka's reader (so the tests
+also check the bytes), and answers according to a script of errors the test sets up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from aiokafka.record.default_records import DefaultRecordBatch
+
+from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum._kafka import PartitionResponse, broker_error_for_code
+from aioaccum.errors import AioAccumError, ProducerTimeoutError
+
+
+@dataclass
+class StoredRecord:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp: int
+    producer_id: int
+    base_sequence: int
+
+
+@dataclass
+class Request:
+    node: int
+    acks: int
+    partitions: list[TopicPartition]
+    record_counts: list[int]
+
+
+# A scripted answer: an exception for the whole request, or error codes per partition.
+Answer = AioAccumError | dict[TopicPartition, int]
+
+
+@dataclass
+class FakeKafka:
+    cluster: StaticCluster
+    requests: list[Request] = field(default_factory=list)
+    log: dict[TopicPartition, list[StoredRecord]] = field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
+    script: collections.deque[Answer] = field(default_factory=collections.deque)
+    # Called with each request before it is answered; may await (to hold requests in flight).
+    gate: Callable[[Request], asyncio.Future[None] | None] | None = None
+    metadata_requests: int = 0
+    in_flight: int = 0
+    max_in_flight_seen: int = 0
+    started: bool = False
+    closed: bool = False
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def close(self) -> None:
+        self.closed = True
+
+    def leader_for(self, tp: TopicPartition) -> int | None:
+        return self.cluster.leader_for(tp)
+
+    def partitions_for_node(self, node: int) -> Sequence[TopicPartition]:
+        return self.cluster.partitions_for_node(node)
+
+    def partitions_for_topic(self, topic: str) -> Sequence[int] | None:
+        return self.cluster.partitions_for_topic(topic)
+
+    def available_partitions_for_topic(self, topic: str) -> Sequence[int]:
+        return self.cluster.available_partitions_for_topic(topic)
+
+    def request_metadata_update(self, topics: Sequence[str] = ()) -> None:
+        self.metadata_requests += 1
+
+    async def wait_for_topic(self, topic: str, timeout: float) -> Sequence[int]:
+        parts = self.cluster.partitions_for_topic(topic)
+        if parts:
+            return parts
+        await asyncio.sleep(timeout)
+        raise ProducerTimeoutError(f"topic {topic!r} not present in metadata")
+
+    async def init_producer_id(self) -> tuple[int, int]:
+        return 4242, 0
+
+    async def produce(
+        self,
+        node: int,
+        *,
+        acks: int,
+        timeout_ms: int,
+        batches: Sequence[tuple[TopicPartition, memoryview]],
+    ) -> dict[TopicPartition, PartitionResponse]:
+        decoded = [(tp, DefaultRecordBatch(bytes(data))) for tp, data in batches]
+        for _, batch in decoded:
+            assert batch.validate_crc(), "the batch's CRC-32C does not match its bytes"
+        request = Request(
+            node,
+            acks,
+            [tp for tp, _ in decoded],
+            [sum(1 for _ in DefaultRecordBatch(bytes(data))) for _, data in batches],
+        )
+        self.requests.append(request)
+        self.in_flight += 1
+        self.max_in_flight_seen = max(self.max_in_flight_seen, self.in_flight)
+        try:
+            if self.gate is not None:
+                waiter = self.gate(request)
+                if waiter is not None:
+                    await waiter
+            answer: Answer = self.script.popleft() if self.script else {}
+            if isinstance(answer, AioAccumError):
+                raise answer
+            out: dict[TopicPartition, PartitionResponse] = {}
+            for tp, batch in decoded:
+                code = answer.get(tp, 0)
+                if code:
+                    out[tp] = PartitionResponse(broker_error_for_code(code), -1, -1)
+                    continue
+                log = self.log[tp]
+                base = len(log)
+                for record in batch:
+                    log.append(
+                        StoredRecord(
+                            len(log),
+                            record.key,
+                            record.value,
+                            list(record.headers),
+                            record.timestamp,
+                            batch.producer_id,
+                            batch.base_sequence,
+                        )
+                    )
+                out[tp] = PartitionResponse(None, -1 if acks == 0 else base, -1)
+            return out
+        finally:
+            self.in_flight -= 1

@@ -1,0 +1,208 @@
+"""Sender and Producer against a fake broker adapter, on a fast-forwarded loop clock."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from aioaccum import BrokerError, DeliveryTimeoutError, ProducerClosedError
+from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum.producer import Producer
+
+from .fake_kafka import FakeKafka, Request
+
+pytestmark = pytest.mark.looptime
+
+TP0 = TopicPartition("t", 0)
+TP1 = TopicPartition("t", 1)
+TP2 = TopicPartition("t", 2)
+NOT_LEADER = 6  # NOT_LEADER_OR_FOLLOWER: retriable, stale metadata
+MESSAGE_TOO_LARGE = 10
+CORRUPT_MESSAGE = 2
+INVALID_REQUIRED_ACKS = 21  # not retriable
+
+
+def make(fake: FakeKafka | None = None, **settings: Any) -> tuple[Producer, FakeKafka]:
+    fake = fake or FakeKafka(StaticCluster.uniform({"t": 3}, nodes=3))
+    settings.setdefault("linger_ms", 5)
+    producer = Producer("fake:9092", kafka=fake, **settings)
+    return producer, fake
+
+
+async def test_records_are_acknowledged_with_offsets_in_order() -> None:
+    producer, fake = make()
+    async with producer:
+        futures = [await producer.send("t", b"v%d" % i, partition=1) for i in range(10)]
+        results = await asyncio.gather(*futures)
+    assert [r.offset for r in results] == list(range(10))
+    assert [r.value for r in fake.log[TP1]] == [b"v%d" % i for i in range(10)]
+    assert {r.partition for r in results} == {1}
+
+
+async def test_linger_holds_a_trickle_then_sends_one_batch() -> None:
+    producer, fake = make(linger_ms=50)
+    async with producer:
+        for i in range(3):
+            await producer.send("t", b"x%d" % i, partition=0)
+        await asyncio.sleep(0.049)
+        assert fake.requests == []
+        await asyncio.sleep(0.002)
+        assert len(fake.requests) == 1
+        assert fake.requests[0].record_counts == [3]
+
+
+async def test_linger_zero_sends_promptly() -> None:
+    producer, fake = make(linger_ms=0)
+    async with producer:
+        future = await producer.send("t", b"now", partition=2)
+        metadata = await asyncio.wait_for(future, 0.001)
+    assert metadata.offset == 0
+    assert fake.requests[0].node == 2
+
+
+async def test_one_request_per_node() -> None:
+    producer, fake = make(linger_ms=10)
+    async with producer:
+        futures = [await producer.send("t", b"v", partition=p) for p in (0, 1, 2, 0, 1, 2)]
+        await asyncio.gather(*futures)
+    assert sorted(r.node for r in fake.requests) == [0, 1, 2]
+    assert all(r.record_counts == [2] for r in fake.requests)
+
+
+async def test_retriable_error_is_retried_after_backoff() -> None:
+    producer, fake = make(linger_ms=0, retry_backoff_ms=100)
+    fake.script.append({TP0: NOT_LEADER})
+    async with producer:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        metadata = await (await producer.send("t", b"v", partition=0))
+        elapsed = loop.time() - start
+        metrics = producer.metrics()
+    assert metadata.offset == 0
+    assert len(fake.requests) == 2
+    assert 0.08 <= elapsed < 0.5  # 100 ms +-20% jitter
+    assert fake.metadata_requests >= 1
+    assert metrics["record-retry-total"] == 1
+
+
+async def test_fatal_error_fails_the_records_with_a_typed_error() -> None:
+    producer, fake = make(linger_ms=0)
+    fake.script.append({TP0: INVALID_REQUIRED_ACKS})
+    async with producer:
+        future = await producer.send("t", b"v", partition=0)
+        with pytest.raises(BrokerError) as info:
+            await future
+    assert info.value.errno == INVALID_REQUIRED_ACKS
+    assert not info.value.retriable
+    assert len(fake.requests) == 1
+
+
+async def test_delivery_timeout_names_partition_and_age() -> None:
+    producer, fake = make(
+        linger_ms=0, delivery_timeout_ms=2000, request_timeout_ms=1000, retry_backoff_ms=100
+    )
+    fake.script.extend({TP1: NOT_LEADER} for _ in range(1000))
+    async with producer:
+        future = await producer.send("t", b"v", partition=1)
+        with pytest.raises(DeliveryTimeoutError, match=r"t-1: \d+ ms has passed"):
+            await future
+        assert producer.pool is not None
+        assert producer.pool.available_memory() == producer.pool.total_memory
+    assert 5 <= len(fake.requests) <= 30
+
+
+async def test_message_too_large_splits_and_keeps_each_result() -> None:
+    producer, fake = make(linger_ms=10)
+    fake.script.append({TP2: MESSAGE_TOO_LARGE})
+    async with producer:
+        futures = [await producer.send("t", b"r%d" % i, partition=2) for i in range(20)]
+        results = await asyncio.gather(*futures)
+        metrics = producer.metrics()
+    assert sorted(r.offset for r in results) == list(range(20))
+    assert [r.value for r in fake.log[TP2]] == [b"r%d" % i for i in range(20)]
+    assert metrics["batch-split-total"] == 1
+
+
+async def test_in_flight_requests_are_capped_per_node() -> None:
+    release = asyncio.Event()
+
+    def gate(_request: Request) -> asyncio.Future[None]:
+        return asyncio.ensure_future(release.wait())  # type: ignore[arg-type]
+
+    fake = FakeKafka(StaticCluster.uniform({"t": 3}, nodes=1), gate=gate)
+    producer, _ = make(fake, linger_ms=0, max_in_flight_requests_per_connection=2)
+    async with producer:
+        futures = []
+        for i in range(6):
+            futures.append(await producer.send("t", b"v%d" % i, partition=i % 3))
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
+        assert fake.max_in_flight_seen == 2
+        release.set()
+        await asyncio.gather(*futures)
+    assert fake.max_in_flight_seen == 2
+
+
+async def test_idempotent_batches_carry_producer_id_and_sequences() -> None:
+    producer, fake = make(linger_ms=0)
+    async with producer:
+        for _ in range(3):
+            await (await producer.send("t", b"v", partition=0))
+    assert [r.producer_id for r in fake.log[TP0]] == [4242] * 3
+    assert [r.base_sequence for r in fake.log[TP0]] == [0, 1, 2]
+
+
+async def test_acks_zero_completes_without_offsets() -> None:
+    producer, fake = make(linger_ms=0, acks=0)
+    async with producer:
+        metadata = await (await producer.send("t", b"v", partition=0))
+    assert metadata.offset == -1
+    assert fake.requests[0].acks == 0
+
+
+async def test_flush_sends_lingering_records_now() -> None:
+    producer, fake = make(linger_ms=60_000)
+    async with producer:
+        future = await producer.send("t", b"v", partition=0)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await producer.flush()
+        assert loop.time() - start < 0.01
+        assert future.done()
+        assert future.result().offset == 0
+
+
+async def test_close_delivers_what_is_buffered() -> None:
+    producer, fake = make(linger_ms=60_000)
+    await producer.start()
+    futures = [await producer.send("t", b"v", partition=p) for p in (0, 1, 2)]
+    await producer.close()
+    assert all(f.done() and f.result().offset == 0 for f in futures)
+    assert fake.closed
+    with pytest.raises(ProducerClosedError, match="closed"):
+        await producer.send("t", b"late")
+
+
+async def test_close_with_timeout_fails_what_cannot_be_delivered() -> None:
+    producer, fake = make(linger_ms=0, delivery_timeout_ms=60_000, retry_backoff_ms=100)
+    fake.script.extend({TP0: NOT_LEADER} for _ in range(10_000))
+    await producer.start()
+    future = await producer.send("t", b"v", partition=0)
+    await producer.close(timeout=1.0)
+    assert isinstance(future.exception(), ProducerClosedError)
+    assert producer.pool is not None
+    assert producer.pool.available_memory() == producer.pool.total_memory
+
+
+async def test_keyed_records_follow_murmur2_and_keyless_stick() -> None:
+    from aioaccum._core.partitioner import default_partition
+
+    producer, fake = make(linger_ms=0)
+    async with producer:
+        keyed = [await (await producer.send("t", b"v", key=b"key-%d" % i)) for i in range(30)]
+        keyless = [await producer.send("t", b"v") for _ in range(5)]
+        results = await asyncio.gather(*keyless)
+    assert [m.partition for m in keyed] == [default_partition(b"key-%d" % i, 3) for i in range(30)]
+    assert len({m.partition for m in results}) == 1  # a few small records stay on one partition
