@@ -394,7 +394,7 @@ class _Validator:
                 f"{self.name(name)} must be an int, got {value!r} ({type(value).__name__})"
             )
         if not lo <= value <= hi:
-            upper = "" if hi >= _INT_MAX else f" and <= {hi}"
+            upper = "" if hi >= _LONG_MAX else f" and <= {hi}"
             raise ConfigError(f"{self.name(name)} must be >= {lo}{upper}, got {value}")
         return value
 

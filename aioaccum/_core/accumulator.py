@@ -26,12 +26,12 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from aioaccum._core.batch import ProducerBatch, ResultSink
 from aioaccum._core.cluster import ClusterView, TopicPartition
-from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.codecs import CompressionRatioEstimator, CompressionType
+from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.records import MemoryRecordsBuilder, estimate_size_in_bytes_upper_bound
 from aioaccum.errors import ProducerClosedError
 
@@ -65,12 +65,18 @@ class ReadyCheck:
     unknown_leader_topics: frozenset[str]
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):
     """Tells the producer whether to wake the sender."""
 
     batch_is_full: bool
     new_batch_created: bool
+
+
+# Four possible answers, made once: append runs per record.
+_APPENDED = AppendResult(False, False)
+_APPENDED_FULL = AppendResult(True, False)
+_NEW_BATCH = AppendResult(False, True)
+_NEW_BATCH_FULL = AppendResult(True, True)
 
 
 class RecordAccumulator:
@@ -141,8 +147,8 @@ class RecordAccumulator:
             dq = self._batches[tp] = collections.deque()
         if dq:
             last = dq[-1]
-            if not last.is_closed and last.try_append(timestamp, key, value, headers, sink):
-                return AppendResult(len(dq) > 1 or last.is_full, False)
+            if last.try_append(timestamp, key, value, headers, sink):
+                return _APPENDED_FULL if len(dq) > 1 or last.builder.is_full else _APPENDED
 
         size = max(self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers))
         buffer = self._pool.allocate_nowait(size)
@@ -158,16 +164,16 @@ class RecordAccumulator:
             if dq:
                 # Another task may have opened a batch while this one waited for memory.
                 last = dq[-1]
-                if not last.is_closed and last.try_append(timestamp, key, value, headers, sink):
+                if last.try_append(timestamp, key, value, headers, sink):
                     self._pool.deallocate(buffer, size)
-                    return AppendResult(len(dq) > 1 or last.is_full, False)
+                    return _APPENDED_FULL if len(dq) > 1 or last.builder.is_full else _APPENDED
 
         batch = self._new_batch(tp, buffer, now)
         appended = batch.try_append(timestamp, key, value, headers, sink)
         assert appended, "the first record of a batch always fits"
         dq.append(batch)
         self._incomplete.add(batch)
-        return AppendResult(len(dq) > 1 or batch.is_full, True)
+        return _NEW_BATCH_FULL if len(dq) > 1 or batch.builder.is_full else _NEW_BATCH
 
     def _new_batch(
         self, tp: TopicPartition, buffer: bytearray, now: float, *, from_pool: bool = True

@@ -76,13 +76,6 @@ class ProduceRequestResult:
         self.error: BaseException | None = None
 
 
-class _Thunk(NamedTuple):
-    sink: ResultSink | None
-    timestamp: int
-    key_size: int
-    value_size: int
-
-
 class ProducerBatch:
     """Records for one topic-partition, built in one pooled buffer.
 
@@ -97,6 +90,7 @@ class ProducerBatch:
         "base_sequence",
         "buffer",
         "builder",
+        "closed",
         "created",
         "drained",
         "from_pool",
@@ -128,7 +122,8 @@ class ProducerBatch:
         self.in_retry = False
         self.base_sequence = -1
         self.result = ProduceRequestResult(tp)
-        self._thunks: list[_Thunk] = []
+        self._thunks: list[tuple[ResultSink | None, int, int, int]] = []
+        self.closed = False
         self._final_state: FinalState | None = None
 
     # --- appending
@@ -142,15 +137,11 @@ class ProducerBatch:
         sink: ResultSink | None,
     ) -> bool:
         """Append one record if it fits; the first record of a batch always does."""
-        if self.builder.try_append(timestamp, key, value, headers) < 0:
+        if self.closed or self.builder.try_append(timestamp, key, value, headers) < 0:
             return False
+        # A plain tuple: this runs once per record, and a NamedTuple costs twice as much.
         self._thunks.append(
-            _Thunk(
-                sink,
-                timestamp,
-                -1 if key is None else len(key),
-                -1 if value is None else len(value),
-            )
+            (sink, timestamp, -1 if key is None else len(key), -1 if value is None else len(value))
         )
         return True
 
@@ -168,11 +159,12 @@ class ProducerBatch:
 
     def close(self) -> None:
         """Stop appends and seal the bytes (compression, header, CRC)."""
+        self.closed = True
         self.builder.close()
 
     @property
     def is_closed(self) -> bool:
-        return self.builder.is_closed
+        return self.closed
 
     def records(self) -> memoryview:
         """Exactly the bytes this batch wrote: never the stale tail of a reused buffer."""
@@ -242,7 +234,7 @@ class ProducerBatch:
             return False
         self.result.error = error
         for thunk in self._thunks:
-            sink = thunk.sink
+            sink = thunk[0]
             if sink is not None and not sink.done():
                 # One copy per record: a traceback attached while one caller handles it must not
                 # leak into another caller's exception.
@@ -269,11 +261,11 @@ class ProducerBatch:
         for (timestamp, key, value, headers), thunk in zip(
             self.builder.iter_records(), self._thunks, strict=True
         ):
-            yield timestamp, key, value, list(headers), thunk.sink
+            yield timestamp, key, value, list(headers), thunk[0]
 
     def detach_sinks(self) -> None:
         """Forget the record sinks once the records moved to new batches by a split."""
-        self._thunks = [t._replace(sink=None) for t in self._thunks]
+        self._thunks = [(None, *t[1:]) for t in self._thunks]
 
     @property
     def compression(self) -> CompressionType:

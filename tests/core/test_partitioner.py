@@ -55,7 +55,8 @@ class ScriptedRandom(random.Random):
         self.calls: list[int] = []
 
     def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:
-        assert stop is None and step == 1
+        assert stop is None
+        assert step == 1
         self.calls.append(start)
         value = self.values.pop(0)
         assert 0 <= value < start
@@ -145,7 +146,7 @@ def test_custom_partitioner_gets_documented_arguments() -> None:
 @pytest.mark.parametrize("bad", [-1, 6, True, "2"])
 def test_custom_partitioner_result_is_checked(bad: object) -> None:
     with pytest.raises(ValueError, match="custom partitioner returned"):
-        choose_partition("t", b"k", None, CLUSTER, partitioner=lambda *_: bad)  # type: ignore[arg-type,return-value]
+        choose_partition("t", b"k", None, CLUSTER, partitioner=lambda *_: bad)  # type: ignore[arg-type]
 
 
 def test_keyed_records_hash_over_all_partitions() -> None:
@@ -295,12 +296,13 @@ def test_adaptive_prefers_less_loaded_partitions() -> None:
         part.update_partition_info("t3", p, 100, True)
     share = counts[0] / 12_000
     assert 0.80 <= share <= 0.87, counts
-    assert counts[1] > 0 and counts[2] > 0
+    assert counts[1] > 0
+    assert counts[2] > 0
 
 
 def test_adaptive_skips_excluded_and_leaderless_partitions() -> None:
     part = BuiltInPartitioner(100, rng=random.Random(5))
-    part.update_partition_load_stats("t", {p: 0 for p in range(6)}, excluded={0, 1})
+    part.update_partition_load_stats("t", dict.fromkeys(range(6), 0), excluded={0, 1})
     cluster = CLUSTER.with_leader(TopicPartition("t", 5), None)
     assert set(_produce(part, cluster, 3_000, 100)) == {2, 3, 4}
 
@@ -313,7 +315,7 @@ def test_adaptive_with_everything_excluded_falls_back_to_available() -> None:
 
 def test_clearing_load_stats_restores_uniform_choice() -> None:
     part = BuiltInPartitioner(100, rng=random.Random(5))
-    part.update_partition_load_stats("t", {p: 0 for p in range(6)}, excluded={0, 1, 2, 3, 4})
+    part.update_partition_load_stats("t", dict.fromkeys(range(6), 0), excluded={0, 1, 2, 3, 4})
     assert set(_produce(part, CLUSTER, 500, 100)) == {5}
     part.update_partition_load_stats("t", None)
     assert set(_produce(part, CLUSTER, 3_000, 100)) == set(range(6))
@@ -321,7 +323,7 @@ def test_clearing_load_stats_restores_uniform_choice() -> None:
 
 def test_load_stats_are_ignored_when_adaptive_is_off() -> None:
     part = BuiltInPartitioner(100, adaptive=False, rng=random.Random(5))
-    part.update_partition_load_stats("t", {p: 0 for p in range(6)}, excluded={0, 1, 2, 3, 4})
+    part.update_partition_load_stats("t", dict.fromkeys(range(6), 0), excluded={0, 1, 2, 3, 4})
     assert set(_produce(part, CLUSTER, 3_000, 100)) == set(range(6))
 
 

@@ -1,0 +1,74 @@
+"""Appends per second into the RecordAccumulator, with no network.
+
+Prints figures; it is not a test. Batches are drained and released as they fill, as the sender
+would, so the pool never runs dry and the figure is the append path alone.
+
+    .venv/bin/python scripts/bench_accumulator.py [--records N] [--value-size B] [--codec lz4]
+    .venv/bin/python scripts/bench_accumulator.py --profile     # cProfile, top 15 by tottime
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import time
+
+from aioaccum._core.accumulator import RecordAccumulator
+from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum._core.codecs import CompressionType
+from aioaccum.pool import BufferPool
+
+PARTITIONS = 6
+
+
+async def run(records: int, value_size: int, codec: CompressionType) -> float:
+    pool = BufferPool(32 * 1024 * 1024, 16384)
+    acc = RecordAccumulator(
+        pool, batch_size=16384, linger=0.005, delivery_timeout=120.0, compression=codec
+    )
+    cluster = StaticCluster.uniform({"bench": PARTITIONS}, nodes=3)
+    tps = [TopicPartition("bench", p) for p in range(PARTITIONS)]
+    value = b"x" * value_size
+    timestamp = int(time.time() * 1000)
+    loop = asyncio.get_running_loop()
+    append = acc.append
+    start = time.perf_counter()
+    for i in range(records):
+        result = await append(tps[i % PARTITIONS], timestamp, None, value, (), None, 0.0, 60000)
+        if result.batch_is_full:
+            for batches in acc.drain(cluster, (0, 1, 2), 1 << 20, loop.time()).values():
+                for batch in batches:
+                    batch.complete(0, -1)
+                    acc.deallocate(batch)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--value-size", type=int, default=100)
+    parser.add_argument("--codec", default="none")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    codec = CompressionType.from_name(args.codec)
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        asyncio.run(run(args.records, args.value_size, codec))
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+        return
+    best = min(asyncio.run(run(args.records, args.value_size, codec)) for _ in range(args.repeat))
+    rate = args.records / best
+    mb = rate * args.value_size / 1e6
+    print(
+        f"accumulator append: {args.records:,} x {args.value_size} B, codec={args.codec}: "
+        f"{rate:,.0f} appends/s, {mb:.1f} MB/s (best of {args.repeat})"
+    )
+
+
+if __name__ == "__main__":
+    main()
