@@ -120,6 +120,8 @@ class AioKafkaAdapter:
         self._node_partitions: dict[int, list[TopicPartition]] = {}
         self._metadata_version = 0
         self._node_partitions_version = -1
+        self._topic_partitions: dict[str, list[int]] = {}
+        self._topic_partitions_version = -1
 
     @property
     def client(self) -> AIOKafkaClient:
@@ -182,8 +184,19 @@ class AioKafkaAdapter:
         return parts
 
     def partitions_for_topic(self, topic: str) -> Sequence[int] | None:
+        # Called once per record: answer from a cache that lives until the next metadata update.
+        if self._topic_partitions_version == self._metadata_version:
+            cached = self._topic_partitions.get(topic)
+            if cached is not None:
+                return cached
+        else:
+            self._topic_partitions = {}
+            self._topic_partitions_version = self._metadata_version
         parts = self.client.cluster.partitions_for_topic(topic)
-        return None if parts is None else sorted(parts)
+        if parts is None:
+            return None
+        result = self._topic_partitions[topic] = sorted(parts)
+        return result
 
     def available_partitions_for_topic(self, topic: str) -> Sequence[int]:
         parts = self.client.cluster.available_partitions_for_topic(topic)

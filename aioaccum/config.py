@@ -63,7 +63,7 @@ _LEVELS: dict[str, tuple[int, int, int]] = {
 
 
 class _Default:
-    """The default of a setting that Java adjusts when the user did not choose it."""
+    """A default value, as opposed to the same value chosen by the user."""
 
     __slots__ = ("value",)
 
@@ -74,8 +74,13 @@ class _Default:
         return repr(self.value)
 
 
-_IDEMPOTENCE_DEFAULT: Any = _Default(True)
-_DELIVERY_TIMEOUT_DEFAULT: Any = _Default(120_000)
+def _d(value: object) -> Any:
+    # Every default is wrapped so that __post_init__ can tell what the user chose: Java
+    # resolves some conflicts differently for defaults (ProducerConfig.originals()).
+    return _Default(value)
+
+
+_NONE: Any = _Default(None)
 
 
 @dataclass(frozen=True, repr=False)
@@ -129,40 +134,39 @@ class ProducerConfig:
         sasl_plain_password: The SASL password; never shown by ``repr()`` nor in errors.
     """
 
-    bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092"
-    client_id: str = "aioaccum"
-    acks: int = -1
-    enable_idempotence: bool = _IDEMPOTENCE_DEFAULT
-    retries: int = _INT_MAX
-    batch_size: int = 16384
-    linger_ms: int = 5
-    buffer_memory: int = 33554432
-    max_block_ms: int = 60000
-    max_request_size: int = 1048576
-    compression_type: str = "none"
-    compression_level: int | None = None
-    retry_backoff_ms: int = 100
-    retry_backoff_max_ms: int = 1000
-    request_timeout_ms: int = 30000
-    delivery_timeout_ms: int = _DELIVERY_TIMEOUT_DEFAULT
-    max_in_flight_requests_per_connection: int = 5
-    metadata_max_age_ms: int = 300000
-    metadata_max_idle_ms: int = 300000
-    connections_max_idle_ms: int = 540000
-    send_buffer_bytes: int | None = None
-    receive_buffer_bytes: int | None = None
-    partitioner: Partitioner | None = None
-    partitioner_ignore_keys: bool = False
-    partitioner_adaptive_partitioning_enable: bool = True
-    partitioner_availability_timeout_ms: int = 0
-    key_serializer: Serializer | None = None
-    value_serializer: Serializer | None = None
-    security_protocol: str = "PLAINTEXT"
-    ssl_context: ssl.SSLContext | None = None
-    sasl_mechanism: str | None = None
-    sasl_plain_username: str | None = None
-    sasl_plain_password: str | None = field(default=None, repr=False)
-    # What the user chose, as opposed to defaults: Java resolves some conflicts differently.
+    bootstrap_servers: str | Sequence[str] = _d("127.0.0.1:9092")
+    client_id: str = _d("aioaccum")
+    acks: int = _d(-1)
+    enable_idempotence: bool = _d(True)
+    retries: int = _d(_INT_MAX)
+    batch_size: int = _d(16384)
+    linger_ms: int = _d(5)
+    buffer_memory: int = _d(33554432)
+    max_block_ms: int = _d(60000)
+    max_request_size: int = _d(1048576)
+    compression_type: str = _d("none")
+    compression_level: int | None = _NONE
+    retry_backoff_ms: int = _d(100)
+    retry_backoff_max_ms: int = _d(1000)
+    request_timeout_ms: int = _d(30000)
+    delivery_timeout_ms: int = _d(120000)
+    max_in_flight_requests_per_connection: int = _d(5)
+    metadata_max_age_ms: int = _d(300000)
+    metadata_max_idle_ms: int = _d(300000)
+    connections_max_idle_ms: int = _d(540000)
+    send_buffer_bytes: int | None = _NONE
+    receive_buffer_bytes: int | None = _NONE
+    partitioner: Partitioner | None = _NONE
+    partitioner_ignore_keys: bool = _d(False)
+    partitioner_adaptive_partitioning_enable: bool = _d(True)
+    partitioner_availability_timeout_ms: int = _d(0)
+    key_serializer: Serializer | None = _NONE
+    value_serializer: Serializer | None = _NONE
+    security_protocol: str = _d("PLAINTEXT")
+    ssl_context: ssl.SSLContext | None = _NONE
+    sasl_mechanism: str | None = _NONE
+    sasl_plain_username: str | None = _NONE
+    sasl_plain_password: str | None = field(default=_NONE, repr=False)
     _explicit: frozenset[str] = field(
         default=frozenset(), init=False, repr=False, compare=False, hash=False
     )
@@ -221,6 +225,9 @@ class ProducerConfig:
         Unlike :func:`dataclasses.replace`, settings never chosen stay defaulted, so
         ``cfg.replace(acks=1)`` quietly turns the default idempotence off, as a fresh config
         would, instead of failing.
+
+        Raises:
+            ConfigError: As :meth:`from_kwargs`.
         """
         for name in changes:
             _check_name(name)
@@ -393,9 +400,10 @@ class _Validator:
             raise ConfigError(
                 f"{self.name(name)} must be an int, got {value!r} ({type(value).__name__})"
             )
-        if not lo <= value <= hi:
-            upper = "" if hi >= _LONG_MAX else f" and <= {hi}"
-            raise ConfigError(f"{self.name(name)} must be >= {lo}{upper}, got {value}")
+        if value < lo:
+            raise ConfigError(f"{self.name(name)} must be >= {lo}, got {value}")
+        if value > hi:
+            raise ConfigError(f"{self.name(name)} must be <= {hi}, got {value}")
         return value
 
     def choice(self, name: str, value: object, choices: Sequence[str], *, upper: bool) -> str:

@@ -17,10 +17,10 @@ from typing import Any, Self
 from aioaccum._core.accumulator import RecordAccumulator
 from aioaccum._core.batch import RecordMetadata
 from aioaccum._core.cluster import TopicPartition
+from aioaccum._core.codecs import CompressionType
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.partitioner import BuiltInPartitioner, default_partition
-from aioaccum._core.codecs import CompressionType
-from aioaccum._core.records import estimate_size_in_bytes_upper_bound
+from aioaccum._core.records import RECORD_BATCH_OVERHEAD, estimate_size_in_bytes_upper_bound
 from aioaccum._kafka import AioKafkaAdapter, KafkaAdapter
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
@@ -37,6 +37,7 @@ from aioaccum.sender import Sender
 __all__ = ["Producer", "RecordMetadata"]
 
 _BYTES_TYPES = (bytes, bytearray, memoryview)
+_NO_HEADERS: list[tuple[str, bytes | None]] = []
 _MAX_TOPIC_LENGTH = 249
 _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -122,6 +123,8 @@ class Producer:
         )
         self._closed = False
         self._started = False
+        self._max_record_size = min(config.max_request_size, config.buffer_memory)
+        self._tp_cache: dict[str, list[TopicPartition]] = {}
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
@@ -247,58 +250,49 @@ class Producer:
         """
         kafka, acc, sender = self._running_parts()
         cfg = self._config
-        start = time.monotonic()
-        _validate_topic(topic)
         if cfg.key_serializer is not None:
             key = cfg.key_serializer(key)
         if cfg.value_serializer is not None:
             value = cfg.value_serializer(value)
-        key_bytes = _as_bytes("key", key)
-        value_bytes = _as_bytes("value", value)
-        header_list = _validate_headers(headers)
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes("key", key)
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes("value", value)
+        header_list = _validate_headers(headers) if headers else _NO_HEADERS
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
-        elif not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+        elif type(timestamp_ms) is not int or timestamp_ms < 0:
             raise ConfigError(
                 "timestamp_ms must be a non-negative int (ms since the epoch), "
                 f"got {timestamp_ms!r}"
             )
-        size = estimate_size_in_bytes_upper_bound(key_bytes, value_bytes, header_list)
-        if size > cfg.max_request_size:
-            raise RecordTooLargeError(
-                f"the record is {size} bytes serialized, larger than max_request_size="
-                f"{cfg.max_request_size}; raise max_request_size (and the topic's "
-                "max.message.bytes) or send smaller records"
-            )
-        if size > cfg.buffer_memory:
-            raise RecordTooLargeError(
-                f"the record is {size} bytes serialized, larger than buffer_memory="
-                f"{cfg.buffer_memory}; raise buffer_memory"
-            )
+        size = estimate_size_in_bytes_upper_bound(key, value, header_list)
+        if size > self._max_record_size:
+            self._raise_too_large(size)
 
+        loop = asyncio.get_running_loop()
         partitions = kafka.partitions_for_topic(topic)
+        max_block_ms = cfg.max_block_ms
         if not partitions:
-            partitions = await kafka.wait_for_topic(topic, cfg.max_block_ms / 1000)
-        chosen = self._partition(topic, partition, key_bytes, value_bytes, partitions, kafka)
+            _validate_topic(topic)
+            start = time.monotonic()
+            partitions = await kafka.wait_for_topic(topic, max_block_ms / 1000)
+            max_block_ms = max(max_block_ms - (time.monotonic() - start) * 1000, 0.0)
+        chosen = self._partition(topic, partition, key, value, partitions, kafka)
+        tps = self._tp_cache.get(topic)
+        if tps is None or len(tps) < len(partitions):
+            tps = self._tp_cache[topic] = [TopicPartition(topic, p) for p in range(len(partitions))]
 
-        remaining_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[RecordMetadata] = loop.create_future()
         result = await acc.append(
-            TopicPartition(topic, chosen),
-            timestamp_ms,
-            key_bytes,
-            value_bytes,
-            header_list,
-            future,
-            asyncio.get_running_loop().time(),
-            max(remaining_ms, 0.0),
+            tps[chosen], timestamp_ms, key, value, header_list, future, loop.time(), max_block_ms
         )
         if (
             partition is None
             and cfg.partitioner is None
-            and (key_bytes is None or cfg.partitioner_ignore_keys)
+            and (key is None or cfg.partitioner_ignore_keys)
             and self._partitioner.update_partition_info(
-                topic, chosen, size, result.batch_is_full
+                topic, chosen, size - RECORD_BATCH_OVERHEAD, result.batch_is_full
             )
             and cfg.partitioner_adaptive_partitioning_enable
         ):
@@ -307,6 +301,19 @@ class Producer:
         if result.batch_is_full or result.new_batch_created:
             sender.wakeup()
         return future
+
+    def _raise_too_large(self, size: int) -> None:
+        cfg = self._config
+        if size > cfg.max_request_size:
+            raise RecordTooLargeError(
+                f"the record is {size} bytes serialized, larger than max_request_size="
+                f"{cfg.max_request_size}; raise max_request_size (and the topic's "
+                "max.message.bytes) or send smaller records"
+            )
+        raise RecordTooLargeError(
+            f"the record is {size} bytes serialized, larger than buffer_memory="
+            f"{cfg.buffer_memory}; raise buffer_memory"
+        )
 
     def _partition(
         self,
