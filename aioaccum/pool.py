@@ -250,7 +250,7 @@ class BufferPool:
                 self._serve()
             elif fut.exception() is None:
                 # Granted, but the task is being cancelled before it could take the buffer.
-                pass
+                self.deallocate(fut.result())
             raise
         finally:
             self._wait_time += self._clock() - started

@@ -272,7 +272,7 @@ class Producer:
 
         loop = asyncio.get_running_loop()
         partitions = kafka.partitions_for_topic(topic)
-        max_block_ms = cfg.max_block_ms
+        max_block_ms: float = cfg.max_block_ms
         if not partitions:
             _validate_topic(topic)
             start = time.monotonic()

@@ -72,9 +72,7 @@ class CompressionType(enum.IntEnum):
             return cls[name.strip().upper()]
         except (KeyError, AttributeError):
             choices = ", ".join(repr(c.kafka_name) for c in cls)
-            raise ConfigError(
-                f"compression_type {name!r} is not one of: {choices}"
-            ) from None
+            raise ConfigError(f"compression_type {name!r} is not one of: {choices}") from None
 
     @property
     def kafka_name(self) -> str:

@@ -141,17 +141,34 @@ def estimate_size_in_bytes_upper_bound(
     return RECORD_BATCH_OVERHEAD + MAX_RECORD_OVERHEAD + _size_of_fields(key, value, headers)
 
 
+# Encoded "length + utf-8" of header keys seen recently: applications reuse a handful of keys,
+# and encoding a str is the costliest step of a header. Bounded so odd keys cannot grow it.
+_HEADER_KEYS: dict[str, bytes] = {}
+_HEADER_KEYS_MAX = 1024
+
+
+def _header_key(h_key: str) -> bytes:
+    raw = h_key.encode()
+    encoded = _varint(len(raw)) + raw
+    if len(_HEADER_KEYS) >= _HEADER_KEYS_MAX:
+        _HEADER_KEYS.clear()
+    _HEADER_KEYS[h_key] = encoded
+    return encoded
+
+
 def _encode_headers(headers: Sequence[Header]) -> bytes:
-    parts = [_varint(len(headers))]
+    count = len(headers)
+    parts = [VARINTS[count] if count < VARINT_CACHE_SIZE else encode_varint(count)]
+    append = parts.append
+    keys = _HEADER_KEYS
     for h_key, h_value in headers:
-        raw = h_key.encode()
-        parts.append(_varint(len(raw)))
-        parts.append(raw)
+        append(keys.get(h_key) or _header_key(h_key))
         if h_value is None:
-            parts.append(_NULL)
+            append(_NULL)
         else:
-            parts.append(_varint(len(h_value)))
-            parts.append(h_value)
+            size = len(h_value)
+            append(VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size))
+            append(h_value)
     return b"".join(parts)
 
 
@@ -421,6 +438,7 @@ class MemoryRecordsBuilder:
         self.close_for_record_appends()
         n = self._num_records
         if not n:
+            self._view.release()
             self._out = self._buffer
             self._size = 0
             self._closed = True
@@ -436,10 +454,11 @@ class MemoryRecordsBuilder:
             memoryview(out)[RECORD_BATCH_OVERHEAD:size] = compressed
             self._compression_ratio = len(compressed) / uncompressed
             self._spill = None
-            self._view = memoryview(out)
         else:
             out = self._buffer if self._spill is None else self._spill
             size = pos
+        # Drop the export that pinned the buffer's size; the bytes are final from here on.
+        self._view.release()
         self._out = out
         self._size = size
         self._closed = True
