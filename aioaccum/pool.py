@@ -40,7 +40,8 @@ Future, so each grant wakes exactly one task.
 it. When the timer fires, the pool removes the waiter, returns what it had gathered, serves the
 next waiter and fails the Future with ``BufferExhaustedError``. Since the timer and the grant
 both run as plain callbacks on the loop, exactly one of them wins, with no window in which a
-waiter is both granted and timed out. A task cancelled while queued leaves the queue and
+waiter is both granted and timed out (``asyncio.timeout`` around the await would cancel the
+task instead, and that cancellation could arrive after a grant already made). A task cancelled while queued leaves the queue and
 returns its gathered bytes. A task cancelled after its grant but before it resumed returns the
 granted buffer. ``close()`` fails every waiter with ``ProducerClosedError``. Buffers that are
 deallocated after that are still counted.

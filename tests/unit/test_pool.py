@@ -333,7 +333,9 @@ async def test_granted_waiter_is_not_timed_out_later() -> None:
 async def test_zero_max_block_fails_at_once_without_queueing() -> None:
     pool = BufferPool(2 * P, P)
     await pool.allocate(P, 0)  # memory is there: no waiting needed
-    with pytest.raises(BufferExhaustedError, match=r"max blocking time 0 ms\. .*Available memory: 1024"):
+    with pytest.raises(
+        BufferExhaustedError, match=r"max blocking time 0 ms\. .*Available memory: 1024"
+    ):
         await pool.allocate(2 * P, 0)
     stats = pool.statistics()
     assert stats.queued_allocations == 0

@@ -163,7 +163,7 @@ async def test_acks_zero_completes_without_offsets() -> None:
 
 
 async def test_flush_sends_lingering_records_now() -> None:
-    producer, fake = make(linger_ms=60_000)
+    producer, _ = make(linger_ms=60_000)
     async with producer:
         future = await producer.send("t", b"v", partition=0)
         loop = asyncio.get_running_loop()
@@ -199,7 +199,7 @@ async def test_close_with_timeout_fails_what_cannot_be_delivered() -> None:
 async def test_keyed_records_follow_murmur2_and_keyless_stick() -> None:
     from aioaccum._core.partitioner import default_partition
 
-    producer, fake = make(linger_ms=0)
+    producer, _ = make(linger_ms=0)
     async with producer:
         keyed = [await (await producer.send("t", b"v", key=b"key-%d" % i)) for i in range(30)]
         keyless = [await producer.send("t", b"v") for _ in range(5)]
