@@ -41,10 +41,10 @@ it. When the timer fires, the pool removes the waiter, returns what it had gathe
 next waiter and fails the Future with ``BufferExhaustedError``. Since the timer and the grant
 both run as plain callbacks on the loop, exactly one of them wins, with no window in which a
 waiter is both granted and timed out (``asyncio.timeout`` around the await would cancel the
-task instead, and that cancellation could arrive after a grant already made). A task cancelled while queued leaves the queue and
-returns its gathered bytes. A task cancelled after its grant but before it resumed returns the
-granted buffer. ``close()`` fails every waiter with ``ProducerClosedError``. Buffers that are
-deallocated after that are still counted.
+task instead, and that cancellation could arrive after a grant already made). A task cancelled
+while queued leaves the queue and returns its gathered bytes. A task cancelled after its grant
+but before it resumed returns the granted buffer. ``close()`` fails every waiter with
+``ProducerClosedError``. Buffers that are deallocated after that are still counted.
 
 The pool never captures an event loop. Futures and timers are created from the running loop
 inside ``allocate``.

@@ -51,13 +51,15 @@ key and value (``None`` when absent); ``all_partitions`` lists every partition o
 ``available_partitions`` those that currently have a leader (it may be empty).
 """
 
+_ByteLike: TypeAlias = bytes | bytearray | memoryview
+
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
 _SIGN = 0x80000000
-_WORD = struct.Struct("<I")
-
-_ByteLike: TypeAlias = bytes | bytearray | memoryview
+# Unpackers of n little-endian words, by byte length, for the key sizes seen so far.
+_UNPACKERS: dict[int, Callable[[_ByteLike], tuple[int, ...]]] = {}
+_CACHED_UNPACK_LIMIT = 4096
 
 
 def murmur2(data: _ByteLike) -> int:
@@ -75,7 +77,12 @@ def murmur2(data: _ByteLike) -> int:
     if whole:
         # One C-level unpack of all the little-endian words, then a tight integer loop: the
         # per-byte indexing of a literal port is several times slower in CPython.
-        for k in struct.unpack_from(f"<{whole >> 2}I", data):
+        unpack = _UNPACKERS.get(whole)
+        if unpack is None:
+            unpack = struct.Struct(f"<{whole >> 2}I").unpack_from
+            if whole <= _CACHED_UNPACK_LIMIT:
+                _UNPACKERS[whole] = unpack
+        for k in unpack(data):
             k = (k * _M) & _MASK
             k = ((k ^ (k >> 24)) * _M) & _MASK
             h = ((h * _M) ^ k) & _MASK

@@ -96,6 +96,13 @@ def test_murmur2_covers_every_tail_length() -> None:
         assert murmur2(data) & 0xFFFFFFFF == kafka_python_murmur2(data)
 
 
+def test_murmur2_of_long_keys() -> None:
+    for n in (4096, 4097, 10_000):
+        data = bytes(i * 7 % 256 for i in range(n))
+        assert murmur2(data) & 0xFFFFFFFF == kafka_python_murmur2(data)
+        assert murmur2(data) == murmur2(data)
+
+
 def test_to_positive_clears_the_sign_bit_rather_than_negating() -> None:
     assert to_positive(-1) == 0x7FFFFFFF
     assert to_positive(-(2**31)) == 0
@@ -222,6 +229,7 @@ def test_zero_sticky_batch_size_switches_on_every_append() -> None:
 def test_negative_sticky_batch_size_is_rejected() -> None:
     with pytest.raises(ValueError, match="sticky_batch_size must be >= 0, got -1"):
         BuiltInPartitioner(-1)
+    assert BuiltInPartitioner(16384).sticky_batch_size == 16384
 
 
 def _produce(

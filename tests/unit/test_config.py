@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import ssl
 from typing import Any
@@ -480,3 +481,34 @@ def test_repr_and_errors_never_show_the_password() -> None:
     bad_type = error_of(**sasl(sasl_plain_password=12345))
     assert "sasl_plain_password must be a str or None" in bad_type
     assert "12345" not in bad_type
+
+
+# -- construction paths -----------------------------------------------------------------------
+
+
+def test_direct_construction_validates_like_from_kwargs() -> None:
+    with pytest.raises(ConfigError, match="requires acks='all'"):
+        ProducerConfig(enable_idempotence=True, acks=1)
+    with pytest.raises(ConfigError, match="compression_type must be one of none,"):
+        ProducerConfig(compression_type=5)  # type: ignore[arg-type]
+
+
+def test_explicit_settings_are_what_the_user_passed() -> None:
+    cfg = ProducerConfig.from_kwargs(linger_ms=5, acks="all")
+    assert cfg.explicit_settings == {"linger_ms", "acks"}
+    assert cfg == ProducerConfig()  # same values, whoever chose them
+    loaded = ProducerConfig.from_properties({"batch.size": "1024"})
+    assert loaded.explicit_settings == {"batch_size"}
+
+
+def test_signature_shows_plain_defaults() -> None:
+    shown = str(inspect.signature(ProducerConfig))
+    assert "linger_ms: 'int' = 5" in shown
+    assert "enable_idempotence: 'bool' = True" in shown
+    assert "partitioner: 'Partitioner | None' = None" in shown
+
+
+def test_ssl_context_cannot_come_from_a_property_string() -> None:
+    assert property_error({"ssl_context": "default"}) == (
+        "ssl_context must be an ssl.SSLContext, not a string"
+    )
