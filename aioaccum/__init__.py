@@ -1,5 +1,7 @@
 """aioaccum: an asyncio-native Kafka producer with Java-grade batching and memory control."""
 
+from aioaccum._core.batch import RecordMetadata
+from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
     AioAccumError,
     BrokerError,
@@ -11,6 +13,8 @@ from aioaccum.errors import (
     RecordTooLargeError,
     SerializationError,
 )
+from aioaccum.pool import BufferPool, PoolStats
+from aioaccum.producer import Producer
 
 __version__ = "0.1.0"
 
@@ -18,10 +22,15 @@ __all__ = [
     "AioAccumError",
     "BrokerError",
     "BufferExhaustedError",
+    "BufferPool",
     "ConfigError",
     "DeliveryTimeoutError",
+    "PoolStats",
+    "Producer",
+    "ProducerConfig",
     "ProducerClosedError",
     "ProducerTimeoutError",
+    "RecordMetadata",
     "RecordTooLargeError",
     "SerializationError",
     "__version__",
