@@ -121,6 +121,7 @@ class AioKafkaAdapter:
         self._metadata_version = 0
         self._node_partitions_version = -1
         self._topic_partitions: dict[str, list[int]] = {}
+        self._tracked_topics: set[str] = set()
         self._topic_partitions_version = -1
 
     @property
@@ -192,11 +193,19 @@ class AioKafkaAdapter:
         else:
             self._topic_partitions = {}
             self._topic_partitions_version = self._metadata_version
+        self._track(topic)
         parts = self.client.cluster.partitions_for_topic(topic)
         if parts is None:
             return None
         result = self._topic_partitions[topic] = sorted(parts)
         return result
+
+    def _track(self, topic: str) -> None:
+        # aiokafka refreshes only the topics it was told about once any was added, so every
+        # topic this producer writes to must be added, or a refresh would drop it.
+        if topic not in self._tracked_topics:
+            self._tracked_topics.add(topic)
+            self.client.add_topic(topic)
 
     def available_partitions_for_topic(self, topic: str) -> Sequence[int]:
         parts = self.client.cluster.available_partitions_for_topic(topic)
@@ -218,7 +227,7 @@ class AioKafkaAdapter:
         if parts:
             return sorted(parts)
         deadline = time.monotonic() + timeout
-        client.add_topic(topic)
+        self._track(topic)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -8,7 +8,7 @@ bounded by ``max_block_ms``, and returns a future that the sender resolves with 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -24,7 +24,6 @@ from aioaccum._core.records import RECORD_BATCH_OVERHEAD, estimate_size_in_bytes
 from aioaccum._kafka import AioKafkaAdapter, KafkaAdapter
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
-    AioAccumError,
     ConfigError,
     ProducerClosedError,
     RecordTooLargeError,
@@ -35,6 +34,8 @@ from aioaccum.pool import BufferPool
 from aioaccum.sender import Sender
 
 __all__ = ["Producer", "RecordMetadata"]
+
+log = logging.getLogger(__name__)
 
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 _NO_HEADERS: list[tuple[str, bytes | None]] = []
@@ -201,20 +202,22 @@ class Producer:
             return
         self._closed = True
         sender, task = self._sender, self._sender_task
-        if sender is not None and task is not None:
-            sender.initiate_close()
-            if timeout is not None:
-                try:
-                    async with asyncio.timeout(timeout):
-                        await asyncio.shield(task)
-                except TimeoutError:
+        try:
+            if sender is not None and task is not None:
+                sender.initiate_close()
+                done, _ = await asyncio.wait({task}, timeout=timeout)
+                if not done:
                     sender.force_close()
-            with contextlib.suppress(AioAccumError):
-                await task
-        if self._pool is not None:
-            self._pool.close()
-        if self._kafka is not None:
-            await self._kafka.close()
+                try:
+                    await task
+                except Exception as exc:
+                    # Already logged by the sender, and every record it held has failed.
+                    log.debug("sender ended with %r", exc)
+        finally:
+            if self._pool is not None:
+                self._pool.close()
+            if self._kafka is not None:
+                await self._kafka.close()
 
     # --- sending
 
@@ -370,7 +373,7 @@ class Producer:
         sender.wakeup()
         try:
             async with asyncio.timeout(timeout):
-                while any(not b.is_done for b in pending):
+                while any(not b.is_finished for b in pending):
                     if sender.fatal_error is not None:
                         raise ProducerClosedError(
                             f"the sender stopped on an error: {sender.fatal_error!r}"

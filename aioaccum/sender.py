@@ -21,6 +21,7 @@ buffer goes back to the pool only once its request has finished with it (Kafka K
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -41,9 +42,17 @@ if TYPE_CHECKING:
 
 __all__ = ["Sender"]
 
+log = logging.getLogger(__name__)
+
 _MESSAGE_TOO_LARGE = 10
 _OUT_OF_ORDER_SEQUENCE = 45
 _DUPLICATE_SEQUENCE = 46
+_INVALID_PRODUCER_EPOCH = 47
+_UNKNOWN_PRODUCER_ID = 59
+# Answers after which the broker's idea of this producer's sequences is no longer ours: the
+# producer gets a new id/epoch and re-stamps what it still holds (Kafka's epoch bump).
+_SEQUENCE_RESET_ERRORS = frozenset({_OUT_OF_ORDER_SEQUENCE, _INVALID_PRODUCER_EPOCH,
+                                    _UNKNOWN_PRODUCER_ID})
 
 
 class Sender:
@@ -106,6 +115,9 @@ class Sender:
         self._force_close = False
         self._progress: list[asyncio.Future[None]] = []
         self._fatal: BaseException | None = None
+        self._init_task: asyncio.Task[None] | None = None
+        self._init_attempts = 0
+        self._next_init_at = 0.0
 
     # --- control from the producer
 
@@ -153,33 +165,71 @@ class Sender:
         loop = asyncio.get_running_loop()
         clock = self._clock or loop.time
         try:
-            if self._txn is not None:
-                await self._init_producer_id()
             while self._running or (
-                not self._force_close and (self._acc.has_incomplete() or self._request_tasks)
+                not self._force_close and (self._acc.has_incomplete() or self.in_flight_requests)
             ):
+                if self._fatal is not None:
+                    raise self._fatal
                 delay = self._run_once(clock())
                 await self._sleep(loop, delay)
         except BaseException as exc:
-            self._fatal = exc
+            if self._fatal is None:
+                self._fatal = exc
+            if not isinstance(exc, asyncio.CancelledError):
+                log.error("the aioaccum sender stopped on an error", exc_info=exc)
             raise
         finally:
             await self._shutdown()
 
+    # --- producer id (idempotence)
+
+    def _needs_producer_id(self) -> bool:
+        txn = self._txn
+        return txn is not None and (not txn.has_producer_id or txn.needs_reset)
+
+    def _maybe_init_producer_id(self, now: float) -> float:
+        """Start InitProducerId when due; returns how long until the next attempt may start.
+
+        A reset waits until no request is in flight, so that every batch the broker may still
+        answer for is back in its queue before sequences start over.
+        """
+        if self._init_task is not None or self.in_flight_requests:
+            return float("inf")
+        if now < self._next_init_at:
+            return self._next_init_at - now
+        task = asyncio.get_running_loop().create_task(self._init_producer_id())
+        self._init_task = task
+        task.add_done_callback(self._on_task_done)
+        return float("inf")
+
     async def _init_producer_id(self) -> None:
         assert self._txn is not None
-        attempt = 0
-        while self._running or self._acc.has_incomplete():
-            try:
-                producer_id, epoch = await self._kafka.init_producer_id()
-            except AioAccumError as exc:
-                if isinstance(exc, BrokerError) and not exc.retriable:
-                    raise
-                attempt += 1
-                await asyncio.sleep(self._backoff(attempt))
-                continue
-            self._txn.set_producer_id_and_epoch(producer_id, epoch)
+        try:
+            producer_id, epoch = await self._kafka.init_producer_id()
+        except AioAccumError as exc:
+            if isinstance(exc, BrokerError) and not exc.retriable:
+                self._fatal = exc
+                return
+            self._init_attempts += 1
+            loop = asyncio.get_running_loop()
+            self._next_init_at = (self._clock or loop.time)() + self._backoff(self._init_attempts)
+            log.warning("InitProducerId failed (attempt %d): %s", self._init_attempts, exc)
             return
+        finally:
+            self._init_task = None
+        self._init_attempts = 0
+        resetting = self._txn.has_producer_id
+        self._txn.set_producer_id_and_epoch(producer_id, epoch)
+        if resetting:
+            restamped = self._acc.restamp_sequences()
+            log.info(
+                "new producer id %d epoch %d after a sequence error; %d queued batch(es) "
+                "re-stamped", producer_id, epoch, restamped,
+            )
+
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        self._request_tasks.discard(task)
+        self.wakeup()
 
     async def _sleep(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
         if self._woken or delay <= 0:
@@ -192,9 +242,10 @@ class Sender:
             await fut
         finally:
             self._wakeup = None
-            self._woken = False
             if handle is not None:
                 handle.cancel()
+        # A wakeup that resolved the future has been seen; one that came later stays set.
+        self._woken = False
 
     def _run_once(self, now: float) -> float:
         check = self._acc.ready(self._kafka, now)
@@ -202,8 +253,15 @@ class Sender:
         if check.unknown_leader_topics:
             self._kafka.request_metadata_update(sorted(check.unknown_leader_topics))
             delay = min(delay, self._retry_backoff)
-        nodes = [n for n in check.ready_nodes if self._in_flight.get(n, 0) < self._max_in_flight]
-        drained = self._acc.drain(self._kafka, nodes, self._max_request_size, now)
+        if self._needs_producer_id():
+            # Nothing is drained without a valid producer id; expiry still runs below.
+            delay = min(delay, self._maybe_init_producer_id(now))
+            drained: dict[int, list[ProducerBatch]] = {}
+        else:
+            nodes = [
+                n for n in check.ready_nodes if self._in_flight.get(n, 0) < self._max_in_flight
+            ]
+            drained = self._acc.drain(self._kafka, nodes, self._max_request_size, now)
 
         for batch in self._acc.expired_batches(now):
             self._fail_batch(batch, self._delivery_timeout_error(batch, now), now)
@@ -215,14 +273,22 @@ class Sender:
                 batch.fail(self._delivery_timeout_error(batch, now))
                 self._metrics.record_errors(batch.record_count)
                 self._notify_progress()
+                if self._txn is not None:
+                    self._txn.request_reset()  # the outcome of its sequence range is unknown
 
+        loop = asyncio.get_running_loop()
         for node, batches in drained.items():
             self._in_flight[node] = self._in_flight.get(node, 0) + 1
             self._in_flight_batches.update(batches)
             self._metrics.record_drained(batches, now)
-            task = asyncio.get_running_loop().create_task(self._send_request(node, batches))
+            if self._max_in_flight == 1:
+                # Strict order without idempotence: one batch per partition on the wire, even
+                # when its leader moves to another node (Kafka's guaranteeMessageOrder).
+                for batch in batches:
+                    self._acc.mute(batch.tp)
+            task = loop.create_task(self._send_request(node, batches))
             self._request_tasks.add(task)
-            task.add_done_callback(self._request_tasks.discard)
+            task.add_done_callback(self._on_task_done)
         if any(self._in_flight[n] < self._max_in_flight for n in drained):
             # One batch per partition per request: a node may have more ready right away.
             delay = 0.0
@@ -241,6 +307,7 @@ class Sender:
     async def _send_request(self, node: int, batches: list[ProducerBatch]) -> None:
         loop = asyncio.get_running_loop()
         clock = self._clock or loop.time
+        unhandled = list(batches)
         try:
             try:
                 responses = await self._kafka.produce(
@@ -253,20 +320,32 @@ class Sender:
                 now = clock()
                 if isinstance(exc, BrokerError) and exc.invalid_metadata:
                     self._kafka.request_metadata_update([b.tp.topic for b in batches])
-                for batch in batches:
-                    self._handle_error(batch, exc, now)
+                while unhandled:
+                    self._handle_error(unhandled.pop(), exc, now)
             else:
                 now = clock()
-                for batch in batches:
+                while unhandled:
+                    batch = unhandled.pop()
                     self._handle_response(batch, responses.get(batch.tp), now)
         except asyncio.CancelledError:
             for batch in batches:
-                if batch.abort(ProducerClosedError("the producer closed before a response came")):
-                    self._acc.deallocate(batch)
+                batch.abort(ProducerClosedError("the producer closed before a response came"))
+                self._acc.deallocate(batch)
             raise
+        except Exception as exc:
+            # A bug must not strand records: fail whatever this request still holds.
+            log.exception("unexpected error while sending to node %d", node)
+            error = BrokerError(f"unexpected error while sending to node {node}: {exc!r}")
+            error.__cause__ = exc
+            for batch in unhandled:
+                batch.fail(error)
+                self._acc.deallocate(batch)
         finally:
             self._in_flight[node] -= 1
             self._in_flight_batches.difference_update(batches)
+            if self._max_in_flight == 1:
+                for batch in batches:
+                    self._acc.unmute(batch.tp)
             self._notify_progress()
             self.wakeup()
 
@@ -297,6 +376,8 @@ class Sender:
             self._metrics.record_split()
             self._acc.split_and_reenqueue(batch, now, self._backoff(batch.attempts + 1))
             return
+        if errno in _SEQUENCE_RESET_ERRORS and self._txn is not None:
+            self._txn.request_reset()
         if self._can_retry(batch, error, now):
             if isinstance(error, BrokerError) and error.invalid_metadata:
                 self._kafka.request_metadata_update([batch.tp.topic])
@@ -313,14 +394,17 @@ class Sender:
         if batch.attempts >= self._retries:
             return False
         if isinstance(error, BrokerError):
-            if error.errno == _OUT_OF_ORDER_SEQUENCE and self._txn is not None:
-                # An earlier batch of the partition failed and is being re-sent first.
+            if error.errno in _SEQUENCE_RESET_ERRORS and self._txn is not None:
+                # Re-sent after the producer id reset, in its original order.
                 return True
             return error.retriable
         # Timeouts and connection errors surfaced as ProducerTimeoutError are retriable.
         return True
 
     def _fail_batch(self, batch: ProducerBatch, error: BaseException, now: float) -> None:
+        if batch.base_sequence >= 0 and self._txn is not None:
+            # Its sequence range is never written: later batches must not wait for it.
+            self._txn.request_reset()
         if batch.fail(error):
             self._metrics.record_errors(batch.record_count)
         self._acc.deallocate(batch)
@@ -343,12 +427,19 @@ class Sender:
 
     async def _shutdown(self) -> None:
         tasks = list(self._request_tasks)
+        if self._init_task is not None:
+            tasks.append(self._init_task)
         if self._force_close or self._fatal is not None:
             for task in tasks:
                 task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         error = ProducerClosedError("the producer closed before these records were sent")
+        if self._fatal is not None and not isinstance(self._fatal, asyncio.CancelledError):
+            error = ProducerClosedError(
+                f"the producer stopped on an error before these records were sent: {self._fatal!r}"
+            )
+            error.__cause__ = self._fatal
         self._acc.close()
         for _ in self._acc.abort_undrained_batches(error):
             pass

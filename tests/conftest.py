@@ -4,9 +4,10 @@ Kafka
     A test that needs a real cluster is marked ``@pytest.mark.kafka`` or requests one of the
     fixtures below (which marks it ``kafka`` for ``-m "not kafka"``). The session's cluster is
     the one named by ``AIOACCUM_BOOTSTRAP`` when that is set; otherwise ``scripts/kafka up
-    --brokers 3`` starts one on 127.0.0.1 (or finds it running) and, if this session started it,
-    ``scripts/kafka down`` stops it at the end. Not getting a cluster fails the test; it is never
-    a skip. Unit tests that ask for none of this never start Java.
+    --brokers 3`` starts one on 127.0.0.1 (or finds it running) under a lease for this session,
+    and the session's end releases it: the cluster stops when the last session using it ends,
+    unless a person started it by hand. Not getting a cluster fails the test; it is never a
+    skip. Unit tests that ask for none of this never start Java.
 
     ``kafka_bootstrap``    the bootstrap string, e.g. "127.0.0.1:19092,127.0.0.1:19093,..."
     ``kafka_broker_count`` how many brokers the cluster metadata lists
@@ -112,13 +113,6 @@ def _kafka_script(*args: str, timeout: float) -> subprocess.CompletedProcess[str
     )
 
 
-def _running_nodes() -> int:
-    status = _kafka_script("status", timeout=30)
-    if status.returncode != 0:
-        return 0
-    return sum(1 for line in status.stdout.splitlines() if line.startswith("node "))
-
-
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     """Bootstrap string of the session's Kafka cluster (see the module docstring)."""
@@ -126,25 +120,33 @@ def kafka_bootstrap() -> Iterator[str]:
     if external:
         yield external
         return
-    was_running = _running_nodes() == CLUSTER_BROKERS
+    # The lease lets several sessions on one machine share the cluster: the script stops it
+    # when the last of them leaves, and only if a session (not a person) started it.
+    lease = str(os.getpid())
     try:
-        up = _kafka_script("up", "--brokers", str(CLUSTER_BROKERS), timeout=CLUSTER_START_TIMEOUT_S)
+        up = _kafka_script(
+            "up",
+            "--brokers",
+            str(CLUSTER_BROKERS),
+            "--lease",
+            lease,
+            timeout=CLUSTER_START_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"scripts/kafka up hung for {exc.timeout}s", pytrace=False)
     if up.returncode != 0:
+        _kafka_script("release", lease, timeout=120)
         pytest.fail(
             f"scripts/kafka up --brokers {CLUSTER_BROKERS} failed (exit {up.returncode}):\n"
             f"{up.stdout}{up.stderr}",
             pytrace=False,
         )
-    bootstrap = up.stdout.strip().splitlines()[-1]
     try:
-        yield bootstrap
+        yield up.stdout.strip().splitlines()[-1]
     finally:
-        if not was_running:
-            down = _kafka_script("down", timeout=120)
-            if down.returncode != 0:
-                print(f"scripts/kafka down failed:\n{down.stdout}{down.stderr}", file=sys.stderr)
+        released = _kafka_script("release", lease, timeout=120)
+        if released.returncode != 0:
+            print(f"scripts/kafka release failed:\n{released.stderr}", file=sys.stderr)
 
 
 @pytest.fixture(scope="session")

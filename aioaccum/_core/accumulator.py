@@ -283,6 +283,9 @@ class RecordAccumulator:
         broker expects.
         """
         batch.reenqueued(now, backoff)
+        self._insert_in_sequence_order(batch)
+
+    def _insert_in_sequence_order(self, batch: ProducerBatch) -> None:
         dq = self._batches.setdefault(batch.tp, collections.deque())
         seq = batch.base_sequence
         if seq < 0:
@@ -294,6 +297,23 @@ class RecordAccumulator:
                 break
             position += 1
         dq.insert(position, batch)
+
+    def restamp_sequences(self) -> int:
+        """After a producer id reset: give queued stamped batches new sequences, in order.
+
+        Call only with no request in flight, so every unfinished batch is in a queue.
+        Returns the number of batches re-stamped.
+        """
+        if self._txn is None:
+            return 0
+        count = 0
+        for dq in self._batches.values():
+            for batch in dq:
+                if batch.base_sequence < 0:
+                    break  # stamped batches come first; the rest are stamped when drained
+                self._txn.stamp(batch, again=True)
+                count += 1
+        return count
 
     def split_and_reenqueue(self, big: ProducerBatch, now: float, backoff: float) -> int:
         """Re-batch a batch the broker refused as too large; returns the number of new batches.
@@ -315,20 +335,21 @@ class RecordAccumulator:
             assert appended, "the first record of a batch always fits"
             parts.append(part)
         big.detach_sinks()
+        big.split_into = parts
         big.abort(RuntimeError("split into smaller batches"))
         self.deallocate(big)
         sequence = big.base_sequence
         for part in parts:
+            # Closed at once: each part's record count (and so its sequence range) is final.
+            part.close()
             if sequence >= 0 and self._txn is not None:
                 producer = self._txn.producer
                 part.set_producer_state(producer.producer_id, producer.epoch, sequence)
                 sequence += part.record_count
             self._incomplete.add(part)
-        dq = self._batches.setdefault(big.tp, collections.deque())
-        for part in reversed(parts):
-            part.reenqueued(now, backoff)
             part.attempts = big.attempts
-            dq.appendleft(part)
+            part.reenqueued(now, backoff)
+            self._insert_in_sequence_order(part)
         return len(parts)
 
     def deallocate(self, batch: ProducerBatch) -> None:

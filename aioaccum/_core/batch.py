@@ -97,6 +97,7 @@ class ProducerBatch:
         "in_retry",
         "last_attempt",
         "result",
+        "split_into",
         "tp",
     )
 
@@ -121,6 +122,7 @@ class ProducerBatch:
         self.attempts = 0
         self.in_retry = False
         self.base_sequence = -1
+        self.split_into: list[ProducerBatch] | None = None
         self.result = ProduceRequestResult(tp)
         self._thunks: list[tuple[ResultSink | None, int, int, int]] = []
         self.closed = False
@@ -237,8 +239,10 @@ class ProducerBatch:
             sink = thunk[0]
             if sink is not None and not sink.done():
                 # One copy per record: a traceback attached while one caller handles it must not
-                # leak into another caller's exception.
-                sink.set_exception(copy.copy(error))
+                # leak into another caller's exception. The cause is kept by hand: copy drops it.
+                own = copy.copy(error)
+                own.__cause__ = error.__cause__
+                sink.set_exception(own)
         return True
 
     def _set_final_state(self, state: FinalState) -> bool:
@@ -262,6 +266,13 @@ class ProducerBatch:
             self.builder.iter_records(), self._thunks, strict=True
         ):
             yield timestamp, key, value, list(headers), thunk[0]
+
+    @property
+    def is_finished(self) -> bool:
+        """Ended, and so have the batches it was split into: what flush waits for."""
+        if self._final_state is None:
+            return False
+        return self.split_into is None or all(p.is_finished for p in self.split_into)
 
     def detach_sinks(self) -> None:
         """Forget the record sinks once the records moved to new batches by a split."""

@@ -38,10 +38,23 @@ class TransactionManager:
     def __init__(self) -> None:
         self.producer = ProducerIdAndEpoch()
         self._next_sequence: dict[TopicPartition, int] = {}
+        self.needs_reset = False
 
     def set_producer_id_and_epoch(self, producer_id: int, epoch: int) -> None:
+        """Adopt a new id/epoch: the broker tracks sequences from 0 again for it."""
         self.producer = ProducerIdAndEpoch(producer_id, epoch)
         self._next_sequence.clear()
+        self.needs_reset = False
+
+    def request_reset(self) -> None:
+        """Ask for a new producer id/epoch.
+
+        Needed when a stamped batch ends without being written (or with an unknown outcome), or
+        when the broker reports a sequence gap: later batches of that partition could otherwise
+        never be accepted. This is the non-transactional part of Kafka's epoch bump.
+        """
+        if self.producer.is_valid:
+            self.needs_reset = True
 
     @property
     def has_producer_id(self) -> bool:
@@ -50,9 +63,12 @@ class TransactionManager:
     def next_sequence(self, tp: TopicPartition) -> int:
         return self._next_sequence.get(tp, 0)
 
-    def stamp(self, batch: ProducerBatch) -> None:
-        """Give a batch its producer id, epoch and first sequence, once; retries keep them."""
-        if batch.base_sequence >= 0 or not self.producer.is_valid:
+    def stamp(self, batch: ProducerBatch, *, again: bool = False) -> None:
+        """Give a batch its producer id, epoch and first sequence, once; retries keep them.
+
+        ``again`` re-stamps a batch after a reset, under the new producer id.
+        """
+        if (batch.base_sequence >= 0 and not again) or not self.producer.is_valid:
             return
         tp = batch.tp
         sequence = self._next_sequence.get(tp, 0)

@@ -140,3 +140,60 @@ class FakeKafka:
             return out
         finally:
             self.in_flight -= 1
+
+
+OUT_OF_ORDER_SEQUENCE = 45
+DUPLICATE_SEQUENCE = 46
+
+
+@dataclass
+class SequencedFakeKafka(FakeKafka):
+    """A fake that also enforces the broker's idempotence rules per partition and producer id.
+
+    A batch is written only if its first sequence follows the last one written for its producer
+    id (else OUT_OF_ORDER_SEQUENCE); a batch seen before is answered DUPLICATE_SEQUENCE.
+    """
+
+    last_sequence: dict[tuple[int, TopicPartition], int] = field(default_factory=dict)
+    written: set[tuple[int, TopicPartition, int, int]] = field(default_factory=set)
+    out_of_order: int = 0
+    producer_ids_issued: int = 0
+
+    async def produce(
+        self,
+        node: int,
+        *,
+        acks: int,
+        timeout_ms: int,
+        batches: Sequence[tuple[TopicPartition, memoryview]],
+    ) -> dict[TopicPartition, PartitionResponse]:
+        scripted = self.script.popleft() if self.script else {}
+        if isinstance(scripted, AioAccumError):
+            self.script.appendleft(scripted)
+            return await super().produce(node, acks=acks, timeout_ms=timeout_ms, batches=batches)
+        answer = dict(scripted)
+        ranges: dict[TopicPartition, tuple[int, TopicPartition, int, int]] = {}
+        for tp, data in batches:
+            batch = DefaultRecordBatch(bytes(data))
+            count = sum(1 for _ in DefaultRecordBatch(bytes(data)))
+            key = (batch.producer_id, tp, batch.base_sequence, batch.base_sequence + count - 1)
+            ranges[tp] = key
+            if tp in answer or batch.producer_id < 0:
+                continue
+            if key in self.written:
+                answer[tp] = DUPLICATE_SEQUENCE
+            elif batch.base_sequence != self.last_sequence.get((batch.producer_id, tp), -1) + 1:
+                answer[tp] = OUT_OF_ORDER_SEQUENCE
+                self.out_of_order += 1
+        self.script.appendleft(answer)
+        out = await super().produce(node, acks=acks, timeout_ms=timeout_ms, batches=batches)
+        for tp, response in out.items():
+            if response.error is None:
+                producer_id, _, _, last = ranges[tp]
+                self.last_sequence[(producer_id, tp)] = last
+                self.written.add(ranges[tp])
+        return out
+
+    async def init_producer_id(self) -> tuple[int, int]:
+        self.producer_ids_issued += 1
+        return 4242 + self.producer_ids_issued, 0
