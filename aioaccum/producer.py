@@ -20,7 +20,11 @@ from aioaccum._core.cluster import TopicPartition
 from aioaccum._core.codecs import CompressionType
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.partitioner import BuiltInPartitioner, default_partition
-from aioaccum._core.records import RECORD_BATCH_OVERHEAD, estimate_size_in_bytes_upper_bound
+from aioaccum._core.records import (
+    MAX_RECORD_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    estimate_size_in_bytes_upper_bound,
+)
 from aioaccum._kafka import AioKafkaAdapter, KafkaAdapter
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
@@ -39,6 +43,7 @@ log = logging.getLogger(__name__)
 
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 _NO_HEADERS: list[tuple[str, bytes | None]] = []
+_RECORD_BOUND = RECORD_BATCH_OVERHEAD + MAX_RECORD_OVERHEAD + 10
 _MAX_TOPIC_LENGTH = 249
 _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -126,6 +131,8 @@ class Producer:
         self._started = False
         self._max_record_size = min(config.max_request_size, config.buffer_memory)
         self._tp_cache: dict[str, list[TopicPartition]] = {}
+        self._sticky = config.partitioner is None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
@@ -145,6 +152,7 @@ class Producer:
         if self._closed:
             raise ProducerClosedError("this producer was closed; create a new one")
         cfg = self._config
+        self._loop = asyncio.get_running_loop()
         kafka = self._kafka_override or AioKafkaAdapter(cfg)
         await kafka.start()
         self._kafka = kafka
@@ -269,11 +277,17 @@ class Producer:
                 "timestamp_ms must be a non-negative int (ms since the epoch), "
                 f"got {timestamp_ms!r}"
             )
-        size = estimate_size_in_bytes_upper_bound(key, value, header_list)
-        if size > self._max_record_size:
-            self._raise_too_large(size)
+        # A cheap bound first (two 5-byte varints for the lengths); the exact one only near it.
+        size = _RECORD_BOUND + (0 if key is None else len(key)) + (
+            0 if value is None else len(value)
+        )
+        if header_list or size > self._max_record_size:
+            size = estimate_size_in_bytes_upper_bound(key, value, header_list)
+            if size > self._max_record_size:
+                self._raise_too_large(size)
 
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        assert loop is not None  # set by start(), which _running_parts() checked
         partitions = kafka.partitions_for_topic(topic)
         max_block_ms: float = cfg.max_block_ms
         if not partitions:
@@ -281,7 +295,10 @@ class Producer:
             start = time.monotonic()
             partitions = await kafka.wait_for_topic(topic, max_block_ms / 1000)
             max_block_ms = max(max_block_ms - (time.monotonic() - start) * 1000, 0.0)
-        chosen = self._partition(topic, partition, key, value, partitions, kafka)
+        if partition is None and key is None and self._sticky:
+            chosen = self._partitioner.partition(topic, kafka)
+        else:
+            chosen = self._partition(topic, partition, key, value, partitions, kafka)
         tps = self._tp_cache.get(topic)
         if tps is None or len(tps) < len(partitions):
             tps = self._tp_cache[topic] = [TopicPartition(topic, p) for p in range(len(partitions))]
@@ -292,7 +309,7 @@ class Producer:
         )
         if (
             partition is None
-            and cfg.partitioner is None
+            and self._sticky
             and (key is None or cfg.partitioner_ignore_keys)
             and self._partitioner.update_partition_info(
                 topic, chosen, size - RECORD_BATCH_OVERHEAD, result.batch_is_full
@@ -301,7 +318,13 @@ class Producer:
         ):
             # Once per sticky switch, feed the adaptive draw the current queue lengths.
             self._partitioner.update_partition_load_stats(topic, acc.partition_queue_sizes(topic))
-        if result.batch_is_full or result.new_batch_created:
+        if result.new_batch_created:
+            sender.wakeup()
+            # A caller that never has to wait for memory never suspends, and the sender would
+            # not run until the pool is full. Yielding once per new batch lets it ship the
+            # batches that filled meanwhile, at a cost shared by a batch's worth of records.
+            await asyncio.sleep(0)
+        elif result.batch_is_full:
             sender.wakeup()
         return future
 

@@ -50,14 +50,15 @@ async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
         await admin.close()
 
 
-async def read_back(bootstrap: str, topic: str, expected: int, timeout: float) -> int:
+async def read_back(
+    bootstrap: str, topic: str, partitions: int, expected: int, timeout: float
+) -> int:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
     )
     await consumer.start()
     try:
-        parts = sorted(consumer.partitions_for_topic(topic) or ())
-        tps = [TopicPartition(topic, p) for p in parts]
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         count = 0
@@ -101,7 +102,7 @@ def main() -> int:
             print(f"aioaccum perf failed with exit code {result.returncode}", file=sys.stderr)
             return 1
         t0 = time.monotonic()
-        found = asyncio.run(read_back(bootstrap, topic, args.num_records, timeout=300))
+        found = asyncio.run(read_back(bootstrap, topic, args.partitions, args.num_records, timeout=300))
         read_s = time.monotonic() - t0
         ok = found == args.num_records
         print()
