@@ -102,7 +102,9 @@ def main() -> int:
             print(f"aioaccum perf failed with exit code {result.returncode}", file=sys.stderr)
             return 1
         t0 = time.monotonic()
-        found = asyncio.run(read_back(bootstrap, topic, args.partitions, args.num_records, timeout=300))
+        found = asyncio.run(
+            read_back(bootstrap, topic, args.partitions, args.num_records, timeout=300)
+        )
         read_s = time.monotonic() - t0
         ok = found == args.num_records
         print()
