@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from aioaccum._core.accumulator import RecordAccumulator
 from aioaccum._core.batch import ProducerBatch
+from aioaccum._core.cluster import TopicPartition
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._kafka import KafkaAdapter, PartitionResponse
 from aioaccum.errors import (
@@ -116,6 +117,7 @@ class Sender:
         self._progress: list[asyncio.Future[None]] = []
         self._fatal: BaseException | None = None
         self._init_task: asyncio.Task[None] | None = None
+        self._muted: set[TopicPartition] = set()
         self._init_attempts = 0
         self._next_init_at = 0.0
 
@@ -281,11 +283,10 @@ class Sender:
             self._in_flight[node] = self._in_flight.get(node, 0) + 1
             self._in_flight_batches.update(batches)
             self._metrics.record_drained(batches, now)
-            if self._max_in_flight == 1:
-                # Strict order without idempotence: one batch per partition on the wire, even
-                # when its leader moves to another node (Kafka's guaranteeMessageOrder).
-                for batch in batches:
+            for batch in batches:
+                if self._must_mute(batch):
                     self._acc.mute(batch.tp)
+                    self._muted.add(batch.tp)
             task = loop.create_task(self._send_request(node, batches))
             self._request_tasks.add(task)
             task.add_done_callback(self._on_task_done)
@@ -296,6 +297,14 @@ class Sender:
         if pending:
             delay = min(delay, max(min(pending) + self._delivery_timeout - now, 0.0))
         return delay
+
+    def _must_mute(self, batch: ProducerBatch) -> bool:
+        """Whether no other batch of this partition may be sent until this one is answered."""
+        if self._max_in_flight == 1:
+            # Strict order without idempotence, even when the leader moves to another node
+            # (Kafka's guaranteeMessageOrder).
+            return True
+        return self._txn is not None and not self._txn.has_acknowledged(batch.tp)
 
     def _backoff(self, attempts: int) -> float:
         """Exponential backoff with +-20% jitter (Kafka's ``ExponentialBackoff``)."""
@@ -343,8 +352,9 @@ class Sender:
         finally:
             self._in_flight[node] -= 1
             self._in_flight_batches.difference_update(batches)
-            if self._max_in_flight == 1:
-                for batch in batches:
+            for batch in batches:
+                if batch.tp in self._muted:
+                    self._muted.discard(batch.tp)
                     self._acc.unmute(batch.tp)
             self._notify_progress()
             self.wakeup()
@@ -360,6 +370,8 @@ class Sender:
             self._handle_error(batch, error, now)
             return
         if response.error is None or response.error.errno == _DUPLICATE_SEQUENCE:
+            if self._txn is not None and batch.base_sequence >= 0:
+                self._txn.mark_acknowledged(batch.tp)
             if batch.complete(response.base_offset, response.log_append_time):
                 self._metrics.record_success(batch, now)
             self._acc.deallocate(batch)

@@ -38,13 +38,27 @@ class TransactionManager:
     def __init__(self) -> None:
         self.producer = ProducerIdAndEpoch()
         self._next_sequence: dict[TopicPartition, int] = {}
+        self._acknowledged: set[TopicPartition] = set()
         self.needs_reset = False
 
     def set_producer_id_and_epoch(self, producer_id: int, epoch: int) -> None:
         """Adopt a new id/epoch: the broker tracks sequences from 0 again for it."""
         self.producer = ProducerIdAndEpoch(producer_id, epoch)
         self._next_sequence.clear()
+        self._acknowledged.clear()
         self.needs_reset = False
+
+    def has_acknowledged(self, tp: TopicPartition) -> bool:
+        """Whether the broker acknowledged a batch of ``tp`` under the current producer id.
+
+        Until it has, the broker keeps no sequence state for this producer on ``tp`` and takes
+        whatever sequence comes first; a second batch in flight could then overtake a first
+        one that failed. So the sender keeps one batch in flight per such partition.
+        """
+        return tp in self._acknowledged
+
+    def mark_acknowledged(self, tp: TopicPartition) -> None:
+        self._acknowledged.add(tp)
 
     def request_reset(self) -> None:
         """Ask for a new producer id/epoch.

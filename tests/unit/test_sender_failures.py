@@ -153,3 +153,27 @@ async def test_close_cleans_up_after_a_fatal_sender_error() -> None:
     assert fake.closed
     with pytest.raises(ProducerClosedError):
         await producer.send("t", b"y")
+
+
+async def test_a_partition_without_an_acknowledged_batch_has_one_batch_in_flight() -> None:
+    # A broker with no sequence state for a producer takes any first sequence, so a second
+    # batch must not be able to overtake a first one that fails.
+    release = asyncio.Event()
+    seen: list[Request] = []
+
+    def gate(request: Request) -> asyncio.Future[None]:
+        seen.append(request)
+        return asyncio.ensure_future(release.wait())  # type: ignore[arg-type]
+
+    fake = FakeKafka(StaticCluster.uniform({"t": 1}, nodes=1), gate=gate)
+    fake.script.append({TP0: 6})  # the first attempt fails with NOT_LEADER_OR_FOLLOWER
+    producer = make(fake, batch_size=200, retry_backoff_ms=10)
+    async with producer:
+        futures = [await producer.send("t", b"%03d" % i * 20, partition=0) for i in range(12)]
+        await asyncio.sleep(0.05)
+        assert len(seen) == 1  # several batches are full, yet only the first is on the wire
+        release.set()
+        results = await asyncio.gather(*futures)
+    assert [r.offset for r in results] == list(range(12))
+    assert [r.value for r in fake.log[TP0]] == [b"%03d" % i * 20 for i in range(12)]
+    assert fake.max_in_flight_seen > 1  # after the first acknowledgement, pipelining resumes
