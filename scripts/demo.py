@@ -92,6 +92,7 @@ def main() -> int:
             "--record-size", str(args.record_size),
             "--throughput", "-1",
             "--bootstrap-server", bootstrap,
+            "--uvloop",
             "--producer-props", *args.producer_props,
         ]  # fmt: skip
         print("$ aioaccum " + " ".join(perf[3:]), flush=True)

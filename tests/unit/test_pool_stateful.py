@@ -25,22 +25,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from aioaccum.errors import BufferExhaustedError, ProducerClosedError
 from aioaccum.pool import BufferPool
 
+from .test_pool import ManualClockLoop
+
 P = 100
 TOTAL = 5 * P
 SIZES = st.sampled_from([P, P, P, 1, 40, 150, 260, TOTAL])
 MAX_BLOCK_MS = st.sampled_from([math.inf, math.inf, 10.0, 30.0, 0.0])
 SLACK = 1e-6  # float noise between the loop's clock and the deadlines the pool computes
 
-
-class ManualClockLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock only moves when told to; drive it with ready callbacks only."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.now = 0.0
-
-    def time(self) -> float:
-        return self.now
 
 
 async def _turns(count: int) -> None:
