@@ -115,7 +115,6 @@ class RecordAccumulator:
         self._muted: set[TopicPartition] = set()
         self._drain_index: dict[int, int] = {}
         self._flushes_in_progress = 0
-        self._appends_in_progress = 0
         self._closed = False
 
     # --- appending
@@ -153,11 +152,7 @@ class RecordAccumulator:
         size = max(self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers))
         buffer = self._pool.allocate_nowait(size)
         if buffer is None:
-            self._appends_in_progress += 1
-            try:
-                buffer = await self._pool.allocate(size, max_block_ms)
-            finally:
-                self._appends_in_progress -= 1
+            buffer = await self._pool.allocate(size, max_block_ms)
             if self._closed:
                 self._pool.deallocate(buffer, size)
                 raise ProducerClosedError("cannot append: the producer closed while waiting")
@@ -395,10 +390,6 @@ class RecordAccumulator:
 
     def has_incomplete(self) -> bool:
         return bool(self._incomplete)
-
-    @property
-    def appends_in_progress(self) -> int:
-        return self._appends_in_progress
 
     def abort_undrained_batches(self, error: BaseException) -> list[ProducerBatch]:
         """Abort every queued batch (the sender aborts its in-flight ones itself)."""
