@@ -133,6 +133,13 @@ class Producer:
         self._tp_cache: dict[str, list[TopicPartition]] = {}
         self._sticky = config.partitioner is None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Read once per record: kept as plain attributes, away from the config's lookups.
+        self._parts: tuple[KafkaAdapter, RecordAccumulator, Sender] | None = None
+        self._key_serializer = config.key_serializer
+        self._value_serializer = config.value_serializer
+        self._ignore_keys = config.partitioner_ignore_keys
+        self._adaptive = config.partitioner_adaptive_partitioning_enable
+        self._max_block_ms: float = config.max_block_ms
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
@@ -184,6 +191,7 @@ class Producer:
         self._sender_task = asyncio.get_running_loop().create_task(
             self._sender.run(), name="aioaccum-sender"
         )
+        self._parts = (kafka, self._acc, self._sender)
         self._started = True
 
     async def __aenter__(self) -> Self:
@@ -209,6 +217,7 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        self._parts = None
         sender, task = self._sender, self._sender_task
         try:
             if sender is not None and task is not None:
@@ -259,12 +268,14 @@ class Producer:
             BufferExhaustedError: No buffer memory freed within ``max_block_ms``.
             ProducerTimeoutError: The topic's metadata did not arrive within ``max_block_ms``.
         """
-        kafka, acc, sender = self._running_parts()
-        cfg = self._config
-        if cfg.key_serializer is not None:
-            key = cfg.key_serializer(key)
-        if cfg.value_serializer is not None:
-            value = cfg.value_serializer(value)
+        parts = self._parts
+        if parts is None or self._closed or parts[2].fatal_error is not None:
+            parts = self._running_parts()
+        kafka, acc, sender = parts
+        if self._key_serializer is not None:
+            key = self._key_serializer(key)
+        if self._value_serializer is not None:
+            value = self._value_serializer(value)
         if key is not None and type(key) is not bytes:
             key = _as_bytes("key", key)
         if value is not None and type(value) is not bytes:
@@ -286,35 +297,38 @@ class Producer:
             if size > self._max_record_size:
                 self._raise_too_large(size)
 
-        loop = self._loop
-        assert loop is not None  # set by start(), which _running_parts() checked
         partitions = kafka.partitions_for_topic(topic)
-        max_block_ms: float = cfg.max_block_ms
+        max_block_ms: float = self._max_block_ms
         if not partitions:
             _validate_topic(topic)
             start = time.monotonic()
             partitions = await kafka.wait_for_topic(topic, max_block_ms / 1000)
             max_block_ms = max(max_block_ms - (time.monotonic() - start) * 1000, 0.0)
-        if partition is None and key is None and self._sticky:
+        sticky = partition is None and self._sticky and (key is None or self._ignore_keys)
+        if sticky:
             chosen = self._partitioner.partition(topic, kafka)
         else:
             chosen = self._partition(topic, partition, key, value, partitions, kafka)
         tps = self._tp_cache.get(topic)
         if tps is None or len(tps) < len(partitions):
             tps = self._tp_cache[topic] = [TopicPartition(topic, p) for p in range(len(partitions))]
+        tp = tps[chosen]
 
+        loop = self._loop
+        assert loop is not None  # set by start(), which made _parts
         future: asyncio.Future[RecordMetadata] = loop.create_future()
-        result = await acc.append(
-            tps[chosen], timestamp_ms, key, value, header_list, future, loop.time(), max_block_ms
-        )
+        # Most records fit the open batch: a plain call, no coroutine, no suspension.
+        result = acc.try_append(tp, timestamp_ms, key, value, header_list, future)
+        if result is None:
+            result = await acc.append_to_new_batch(
+                tp, timestamp_ms, key, value, header_list, future, loop.time(), max_block_ms
+            )
         if (
-            partition is None
-            and self._sticky
-            and (key is None or cfg.partitioner_ignore_keys)
+            sticky
             and self._partitioner.update_partition_info(
                 topic, chosen, size - RECORD_BATCH_OVERHEAD, result.batch_is_full
             )
-            and cfg.partitioner_adaptive_partitioning_enable
+            and self._adaptive
         ):
             # Once per sticky switch, feed the adaptive draw the current queue lengths.
             self._partitioner.update_partition_load_stats(topic, acc.partition_queue_sizes(topic))

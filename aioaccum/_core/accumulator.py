@@ -119,6 +119,34 @@ class RecordAccumulator:
 
     # --- appending
 
+    def try_append(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        sink: ResultSink | None,
+    ) -> AppendResult | None:
+        """Add one record to the partition's open batch, if it has one with room (Kafka's
+        ``tryAppend``). Synchronous: most records take only this path.
+
+        Returns:
+            What the sender needs to know, or ``None`` when the record needs a new batch: then
+            call :meth:`append_to_new_batch`.
+
+        Raises:
+            ProducerClosedError: The accumulator was closed.
+        """
+        if self._closed:
+            raise ProducerClosedError("cannot append: the producer is closed")
+        dq = self._batches.get(tp)
+        if dq:
+            last = dq[-1]
+            if last.try_append(timestamp, key, value, headers, sink):
+                return _APPENDED_FULL if len(dq) > 1 or last.builder.is_full else _APPENDED
+        return None
+
     async def append(
         self,
         tp: TopicPartition,
@@ -139,16 +167,35 @@ class RecordAccumulator:
             ProducerClosedError: The accumulator was closed.
             BufferExhaustedError: No memory became free within ``max_block_ms``.
         """
+        result = self.try_append(tp, timestamp, key, value, headers, sink)
+        if result is not None:
+            return result
+        return await self.append_to_new_batch(
+            tp, timestamp, key, value, headers, sink, now, max_block_ms
+        )
+
+    async def append_to_new_batch(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        sink: ResultSink | None,
+        now: float,
+        max_block_ms: float,
+    ) -> AppendResult:
+        """The slow half of :meth:`append`, after :meth:`try_append` found no room.
+
+        Raises:
+            ProducerClosedError: The accumulator was closed.
+            BufferExhaustedError: No memory became free within ``max_block_ms``.
+        """
         if self._closed:
             raise ProducerClosedError("cannot append: the producer is closed")
         dq = self._batches.get(tp)
         if dq is None:
             dq = self._batches[tp] = collections.deque()
-        if dq:
-            last = dq[-1]
-            if last.try_append(timestamp, key, value, headers, sink):
-                return _APPENDED_FULL if len(dq) > 1 or last.builder.is_full else _APPENDED
-
         size = max(self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers))
         buffer = self._pool.allocate_nowait(size)
         if buffer is None:

@@ -45,6 +45,9 @@ class RecordMetadata(NamedTuple):
     serialized_value_size: int
 
 
+_new_tuple = tuple.__new__
+
+
 class ResultSink(Protocol):
     """What a batch resolves per record: an ``asyncio.Future`` satisfies it.
 
@@ -208,19 +211,26 @@ class ProducerBatch:
         self.result.base_offset = base_offset
         self.result.log_append_time = log_append_time
         topic, partition = self.tp
-        for i, (sink, timestamp, key_size, value_size) in enumerate(self._thunks):
-            if sink is None or sink.done():
-                continue
-            sink.set_result(
-                RecordMetadata(
-                    topic,
-                    partition,
-                    -1 if base_offset < 0 else base_offset + i,
-                    timestamp if log_append_time < 0 else log_append_time,
-                    key_size,
-                    value_size,
+        make = _new_tuple  # RecordMetadata's own __new__ is a Python function; this is not
+        md_type = RecordMetadata
+        offset = base_offset
+        step = 0 if base_offset < 0 else 1
+        for sink, timestamp, key_size, value_size in self._thunks:
+            if sink is not None and not sink.done():
+                sink.set_result(
+                    make(
+                        md_type,
+                        (
+                            topic,
+                            partition,
+                            offset,
+                            timestamp if log_append_time < 0 else log_append_time,
+                            key_size,
+                            value_size,
+                        ),
+                    )
                 )
-            )
+            offset += step
         return True
 
     def fail(self, error: BaseException) -> bool:
