@@ -8,14 +8,15 @@ bounded by ``max_block_ms``, and returns a future that the sender resolves with 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from aioaccum._core.accumulator import RecordAccumulator
-from aioaccum._core.batch import RecordMetadata
+from aioaccum._core.accumulator import AppendResult, RecordAccumulator
+from aioaccum._core.batch import RecordMetadata, ResultSink
 from aioaccum._core.cluster import TopicPartition
 from aioaccum._core.codecs import CompressionType
 from aioaccum._core.idempotence import TransactionManager
@@ -26,8 +27,10 @@ from aioaccum._core.records import (
     estimate_size_in_bytes_upper_bound,
 )
 from aioaccum._kafka import AioKafkaAdapter, KafkaAdapter
+from aioaccum._many import ManyResult
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
+    AioAccumError,
     ConfigError,
     ProducerClosedError,
     RecordTooLargeError,
@@ -44,7 +47,13 @@ log = logging.getLogger(__name__)
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 _NO_HEADERS: list[tuple[str, bytes | None]] = []
 _RECORD_BOUND = RECORD_BATCH_OVERHEAD + MAX_RECORD_OVERHEAD + 10
+_NOTHING_APPENDED = AppendResult(batch_is_full=False, new_batch_created=False)
 _MAX_TOPIC_LENGTH = 249
+_MAX_TIMESTAMP = 2**63 - 1  # the batch header's int64
+# Set in the context of the sender task (and the tasks it starts) to the producer it serves.
+_SENDER_OF: contextvars.ContextVar[Producer | None] = contextvars.ContextVar(
+    "aioaccum_sender_of", default=None
+)
 _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
@@ -64,16 +73,39 @@ def _as_bytes(what: str, data: object) -> bytes | None:
         return data
     if isinstance(data, _BYTES_TYPES):
         return bytes(data)
-    raise SerializationError(
-        f"{what} must be bytes or None, got {type(data).__name__}; encode it first "
-        f"or pass {what}_serializer= to the Producer"
+    raise SerializationError(_not_bytes_message(what, data))
+
+
+def _not_bytes_message(what: str, data: object) -> str:
+    kind = type(data).__name__
+    if what.startswith("header"):
+        hint = " (e.g. value.encode())" if isinstance(data, str) else ""
+        return f"{what} must be bytes or None, got {kind}; encode it to bytes first{hint}"
+    option = "key_serializer" if what.startswith("key") else "value_serializer"
+    example = f" (e.g. {option}=str.encode)" if isinstance(data, str) else ""
+    return (
+        f"{what} must be bytes or None, got {kind}; encode it to bytes first, or pass "
+        f"{option}= to the Producer{example}; a serializer must return bytes or None"
     )
+
+
+def _total_len(items: Sequence[bytes | None], start: int, stop: int) -> int:
+    return sum(0 if item is None else len(item) for item in items[start:stop])
 
 
 def _validate_headers(headers: object) -> list[tuple[str, bytes | None]]:
     if headers is None:
         return []
     out: list[tuple[str, bytes | None]] = []
+    if isinstance(headers, (str, bytes, bytearray, Mapping)):
+        # Iterable, but not pairs: each would fail below with a confusing item.
+        fix = " (list(headers.items()) turns a dict into pairs)" if isinstance(
+            headers, Mapping
+        ) else ""
+        raise SerializationError(
+            f"headers must be a sequence of (str, bytes) pairs, got {type(headers).__name__}"
+            f"{fix}"
+        )
     try:
         items = list(headers)  # type: ignore[call-overload,unused-ignore]
     except TypeError:
@@ -85,9 +117,17 @@ def _validate_headers(headers: object) -> list[tuple[str, bytes | None]]:
             raise SerializationError(f"header #{i} must be a (str, bytes) pair, got {item!r}")
         name, value = item
         if not isinstance(name, str):
+            fix = "; decode it to str" if isinstance(name, bytes) else ""
             raise SerializationError(
-                f"header #{i} name must be str, got {type(name).__name__}"
+                f"header #{i} name must be str, got {type(name).__name__}{fix}"
             )
+        if not name.isascii():
+            try:
+                name.encode()
+            except UnicodeEncodeError as exc:
+                raise SerializationError(
+                    f"header #{i} name {name!r} cannot be encoded as UTF-8: {exc.reason}"
+                ) from None
         out.append((name, _as_bytes(f"header {name!r} value", value)))
     return out
 
@@ -140,6 +180,7 @@ class Producer:
         self._ignore_keys = config.partitioner_ignore_keys
         self._adaptive = config.partitioner_adaptive_partitioning_enable
         self._max_block_ms: float = config.max_block_ms
+        self._yield_due = False
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
@@ -188,8 +229,11 @@ class Producer:
             transaction_manager=txn,
             metrics=self._metrics,
         )
+        # The sender's tasks, and every task they start, carry this producer in their context.
+        context = contextvars.copy_context()
+        context.run(_SENDER_OF.set, self)
         self._sender_task = asyncio.get_running_loop().create_task(
-            self._sender.run(), name="aioaccum-sender"
+            self._sender.run(), name="aioaccum-sender", context=context
         )
         self._parts = (kafka, self._acc, self._sender)
         self._started = True
@@ -214,6 +258,7 @@ class Producer:
                 ``delivery_timeout_ms`` allows. Records still unsent after it fail with
                 :class:`ProducerClosedError`.
         """
+        self._refuse_inside_sender("close")
         if self._closed:
             return
         self._closed = True
@@ -235,6 +280,25 @@ class Producer:
                 self._pool.close()
             if self._kafka is not None:
                 await self._kafka.close()
+
+    def _refuse_inside_sender(self, what: str) -> None:
+        """Raise instead of deadlocking when the sender's own tasks would wait for the sender.
+
+        Code in the network adapter runs in those tasks; a task it starts is not one of them
+        (it carries the context, but its coroutine is not a Sender method) and may wait.
+        """
+        if _SENDER_OF.get() is not self:
+            return
+        task = asyncio.current_task()
+        code = getattr(task.get_coro() if task is not None else None, "cr_code", None)
+        if task is self._sender_task or (
+            code is not None and code.co_qualname.startswith(f"{Sender.__name__}.")
+        ):
+            raise RuntimeError(
+                f"producer.{what}() was called from one of the producer's own sender tasks "
+                "(code inside its network adapter), and would wait for that task itself: a "
+                f"deadlock; run it in another task, e.g. asyncio.ensure_future(producer.{what}())"
+            )
 
     # --- sending
 
@@ -261,13 +325,33 @@ class Producer:
 
         Waits (up to ``max_block_ms``) only for the topic's metadata and for buffer memory.
 
+        Cancellation: a ``send()`` that raises (``CancelledError`` included) has buffered
+        nothing, and one that returns has buffered the record for good. The returned future
+        only reports the outcome: the record is delivered whether or not anyone awaits it.
+        Cancelling it, or cancelling a task while it awaits it (as ``asyncio.timeout`` or
+        ``wait_for`` do), cancels that shared future, so the outcome is no longer reported,
+        but the record is still sent, and is still waited for by :meth:`flush` and
+        :meth:`close` (as in the Java client, where a record's future cannot be cancelled).
+        To bound the wait and keep the outcome, await ``asyncio.shield(future)``.
+
         Raises:
             ProducerClosedError: The producer is closed or not started.
-            SerializationError: Key, value or headers are not bytes and no serializer was given.
+            SerializationError: Key, value or headers are not bytes and no serializer was given,
+                or a serializer returned something else.
+            ConfigError: The topic name, partition or ``timestamp_ms`` is invalid.
             RecordTooLargeError: The record exceeds ``max_request_size`` or ``buffer_memory``.
             BufferExhaustedError: No buffer memory freed within ``max_block_ms``.
             ProducerTimeoutError: The topic's metadata did not arrive within ``max_block_ms``.
         """
+        if self._yield_due:
+            # A caller that never has to wait for memory never suspends, and the sender would
+            # not run until the pool is full. Yielding once per new batch lets it ship the
+            # batches that filled meanwhile, at a cost shared by a batch's worth of records.
+            # The yield comes before the next append, not after the one that opened the batch:
+            # a send() cancelled here has buffered nothing, so a send() that raises never
+            # delivers and one that returns always does.
+            self._yield_due = False
+            await asyncio.sleep(0)
         parts = self._parts
         if parts is None or self._closed or parts[2].fatal_error is not None:
             parts = self._running_parts()
@@ -283,9 +367,9 @@ class Producer:
         header_list = _validate_headers(headers) if headers else _NO_HEADERS
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
-        elif type(timestamp_ms) is not int or timestamp_ms < 0:
+        elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= _MAX_TIMESTAMP:
             raise ConfigError(
-                "timestamp_ms must be a non-negative int (ms since the epoch), "
+                f"timestamp_ms must be an int in 0..{_MAX_TIMESTAMP} (ms since the epoch), "
                 f"got {timestamp_ms!r}"
             )
         # A cheap bound first (two 5-byte varints for the lengths); the exact one only near it.
@@ -334,13 +418,36 @@ class Producer:
             self._partitioner.update_partition_load_stats(topic, acc.partition_queue_sizes(topic))
         if result.new_batch_created:
             sender.wakeup()
-            # A caller that never has to wait for memory never suspends, and the sender would
-            # not run until the pool is full. Yielding once per new batch lets it ship the
-            # batches that filled meanwhile, at a cost shared by a batch's worth of records.
-            await asyncio.sleep(0)
+            self._yield_due = True
         elif result.batch_is_full:
             sender.wakeup()
         return future
+
+    def _checked_many(self, what: str, items: list[Any]) -> list[bytes | None]:
+        """Serialize and check a send_many column, refusing the call at the first bad item."""
+        serializer = self._key_serializer if what == "key" else self._value_serializer
+        if serializer is not None:
+            items = [serializer(item) for item in items]
+        if not all(type(item) is bytes or item is None for item in items):
+            items = [_as_bytes(f"{what} #{i}", item) for i, item in enumerate(items)]
+        return items
+
+    def _check_many_sizes(
+        self, keys: list[bytes | None] | None, values: list[bytes | None]
+    ) -> None:
+        def length(item: bytes | None) -> int:
+            return 0 if item is None else len(item)
+
+        lengths = [length(v) for v in values]
+        if keys is not None:
+            lengths = [n + length(k) for n, k in zip(lengths, keys, strict=True)]
+        if not lengths or max(lengths) + _RECORD_BOUND <= self._max_record_size:
+            return
+        for i, value in enumerate(values):
+            key = None if keys is None else keys[i]
+            size = estimate_size_in_bytes_upper_bound(key, value, _NO_HEADERS)
+            if size > self._max_record_size:
+                self._raise_too_large(size)
 
     def _raise_too_large(self, size: int) -> None:
         cfg = self._config
@@ -366,7 +473,11 @@ class Producer:
     ) -> int:
         cfg = self._config
         if partition is not None:
-            if not isinstance(partition, int) or partition not in partitions:
+            if (
+                isinstance(partition, bool)
+                or not isinstance(partition, int)
+                or partition not in partitions
+            ):
                 raise ConfigError(
                     f"partition {partition!r} is not a partition of topic {topic!r}, "
                     f"which has partitions 0..{len(partitions) - 1}"
@@ -386,6 +497,167 @@ class Producer:
             return default_partition(key, len(partitions))
         return self._partitioner.partition(topic, kafka)
 
+    async def send_many(
+        self,
+        topic: str,
+        values: Iterable[Any],
+        *,
+        keys: Iterable[Any] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[list[RecordMetadata]]:
+        """Buffer many records for one topic; return one future of all their metadata.
+
+        The bulk form of :meth:`send`: the same checks, partitioning, batching and memory wait,
+        but one call and one future for the lot, which saves most of the per-record overhead.
+        Records go in the order given; each ``key`` pairs with the ``value`` at its position.
+
+        Args:
+            topic: The topic of every record.
+            values: The values (bytes, or anything ``value_serializer`` takes).
+            keys: Keys, as many as values; ``None`` sends every record without a key.
+            partition: Send every record to this partition instead of partitioning.
+            timestamp_ms: One create time for every record; default now.
+
+        Returns:
+            A future of the records' :class:`RecordMetadata` in input order, set once every
+            record is acknowledged; if any record fails, it fails with the first error once
+            every record has ended. Cancelling it does not stop delivery.
+
+        Raises:
+            The errors of :meth:`send`, raised as soon as a record is refused. Records before
+            that one stay accepted and will be delivered; the message says how many there were.
+        """
+        # Copied: the lengths are read again when the acknowledgements come.
+        value_list = list(values)
+        count = len(value_list)
+        key_list: list[Any] | None = None
+        if keys is not None:
+            key_list = list(keys)
+            if len(key_list) != count:
+                raise ConfigError(
+                    f"send_many got {len(key_list)} keys for {count} values; pass one key "
+                    "per value, or keys=None"
+                )
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= _MAX_TIMESTAMP:
+            raise ConfigError(
+                f"timestamp_ms must be an int in 0..{_MAX_TIMESTAMP} (ms since the epoch), "
+                f"got {timestamp_ms!r}"
+            )
+        parts = self._parts
+        if parts is None or self._closed or parts[2].fatal_error is not None:
+            parts = self._running_parts()
+        kafka, acc, sender = parts
+        loop = self._loop
+        assert loop is not None  # set by start(), which made _parts
+        # Every record is checked before the first is accepted: a bad one refuses the call whole.
+        key_array = None if key_list is None else self._checked_many("key", key_list)
+        value_array = self._checked_many("value", value_list)
+        self._check_many_sizes(key_array, value_array)
+        future: asyncio.Future[list[RecordMetadata]] = loop.create_future()
+        outcome = ManyResult(future, timestamp_ms, key_array, value_array)
+        if not count:
+            outcome.seal(0)
+            return future
+
+        partitions = kafka.partitions_for_topic(topic)
+        max_block_ms: float = self._max_block_ms
+        if not partitions:
+            _validate_topic(topic)
+            start = time.monotonic()
+            partitions = await kafka.wait_for_topic(topic, max_block_ms / 1000)
+            max_block_ms = max(max_block_ms - (time.monotonic() - start) * 1000, 0.0)
+        tps = self._tp_cache.get(topic)
+        if tps is None or len(tps) < len(partitions):
+            tps = self._tp_cache[topic] = [TopicPartition(topic, p) for p in range(len(partitions))]
+
+        partitioner = self._partitioner
+        fixed = None
+        if partition is not None:
+            fixed = self._partition(topic, partition, None, None, partitions, kafka)
+        keyless = fixed is None and self._sticky and (key_array is None or self._ignore_keys)
+        per_record = fixed is None and not keyless
+        overhead = _RECORD_BOUND - RECORD_BATCH_OVERHEAD
+        accepted = 0
+        pending: ResultSink | None = None
+        try:
+            while accepted < count:
+                if keyless:
+                    chosen = partitioner.partition(topic, kafka)
+                elif fixed is not None:
+                    chosen = fixed
+                else:
+                    key = None if key_array is None else key_array[accepted]
+                    chosen = self._partition(
+                        topic, None, key, value_array[accepted], partitions, kafka
+                    )
+                tp = tps[chosen]
+                if per_record:
+                    pending = outcome.sink_for(accepted)
+                    single = acc.try_append(
+                        tp,
+                        timestamp_ms,
+                        None if key_array is None else key_array[accepted],
+                        value_array[accepted],
+                        _NO_HEADERS,
+                        pending,
+                    )
+                    appended, result = (0, _NOTHING_APPENDED) if single is None else (1, single)
+                    if appended:
+                        pending = None
+                else:
+                    appended, result = acc.try_append_many(
+                        tp, timestamp_ms, key_array, value_array, accepted, outcome
+                    )
+                if not appended:
+                    if pending is None:
+                        pending = outcome.sink_for(accepted)
+                    result = await acc.append_to_new_batch(
+                        tp,
+                        timestamp_ms,
+                        None if key_array is None else key_array[accepted],
+                        value_array[accepted],
+                        _NO_HEADERS,
+                        pending,
+                        loop.time(),
+                        max_block_ms,
+                    )
+                    pending = None
+                    appended = 1
+                first, accepted = accepted, accepted + appended
+                if keyless:
+                    size = appended * overhead + _total_len(value_array, first, accepted)
+                    if key_array is not None:
+                        size += _total_len(key_array, first, accepted)
+                    if (
+                        partitioner.update_partition_info(
+                            topic, chosen, size, result.batch_is_full
+                        )
+                        and self._adaptive
+                    ):
+                        partitioner.update_partition_load_stats(
+                            topic, acc.partition_queue_sizes(topic)
+                        )
+                if result.new_batch_created:
+                    sender.wakeup()
+                    await asyncio.sleep(0)  # as in send(): let the sender ship full batches
+                elif result.batch_is_full:
+                    sender.wakeup()
+        except BaseException as exc:
+            # A slot taken for the refused record (pending) was never given to a batch, and
+            # seal() counts only the accepted ones.
+            outcome.seal(accepted)
+            if accepted and isinstance(exc, AioAccumError):
+                exc.add_note(
+                    f"send_many accepted {accepted} of {count} records before this one; they "
+                    "will still be delivered (await producer.flush() to wait for them)"
+                )
+            raise
+        outcome.seal(count)
+        return future
+
     async def send_and_wait(
         self,
         topic: str,
@@ -404,6 +676,7 @@ class Producer:
 
         Records appended while flushing are not waited for.
         """
+        self._refuse_inside_sender("flush")
         _, acc, sender = self._running_parts()
         pending = acc.incomplete_batches()
         acc.begin_flush()

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from aioaccum._core.batch import ProducerBatch, ResultSink
+from aioaccum._core.batch import ProducerBatch, ResultSink, RunSink
 from aioaccum._core.cluster import ClusterView, TopicPartition
 from aioaccum._core.codecs import CompressionRatioEstimator, CompressionType
 from aioaccum._core.idempotence import TransactionManager
@@ -73,6 +73,7 @@ class AppendResult(NamedTuple):
 
 
 # Four possible answers, made once: append runs per record.
+_CLOCK_TOLERANCE = 1e-6  # seconds
 _APPENDED = AppendResult(False, False)
 _APPENDED_FULL = AppendResult(True, False)
 _NEW_BATCH = AppendResult(False, True)
@@ -146,6 +147,35 @@ class RecordAccumulator:
             if last.try_append(timestamp, key, value, headers, sink):
                 return _APPENDED_FULL if len(dq) > 1 or last.builder.is_full else _APPENDED
         return None
+
+    def try_append_many(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes | None],
+        start: int,
+        run: RunSink,
+    ) -> tuple[int, AppendResult]:
+        """Append ``values[start:]`` to the partition's open batch until it is full.
+
+        Returns:
+            How many records went in (0 when a new batch is needed: then append the next one
+            with :meth:`append_to_new_batch`), and what the sender needs to know.
+
+        Raises:
+            ProducerClosedError: The accumulator was closed.
+        """
+        if self._closed:
+            raise ProducerClosedError("cannot append: the producer is closed")
+        dq = self._batches.get(tp)
+        if dq:
+            last = dq[-1]
+            appended = last.try_append_many(timestamp, keys, values, start, run)
+            if appended:
+                full = len(dq) > 1 or last.builder.is_full
+                return appended, _APPENDED_FULL if full else _APPENDED
+        return 0, _APPENDED
 
     async def append(
         self,
@@ -249,10 +279,12 @@ class RecordAccumulator:
                 continue
             batch = dq[0]
             waited = now - batch.last_attempt
-            backing_off = batch.attempts > 0 and waited < batch.backoff
+            backing_off = batch.attempts > 0 and waited + _CLOCK_TOLERANCE < batch.backoff
             time_to_wait = batch.backoff if backing_off else self._linger
             full = len(dq) > 1 or batch.is_full
-            expired = waited >= time_to_wait
+            # With a tolerance: a timer set for time_to_wait may fire a rounding error early,
+            # and a sleep of 1e-17 s would not move a float clock forward, so it would spin.
+            expired = waited + _CLOCK_TOLERANCE >= time_to_wait
             if (full or expired or forced) and not backing_off:
                 ready_nodes.add(leader)
             else:

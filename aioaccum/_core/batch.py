@@ -61,6 +61,28 @@ class ResultSink(Protocol):
     def set_exception(self, exception: BaseException, /) -> None: ...
 
 
+class RunSink(Protocol):
+    """Where a bulk append's records learn their outcome: one call per batch, not per record.
+
+    Indexes are positions in the bulk call's input; ``count`` records from ``first`` went into
+    one batch in order.
+    """
+
+    def settle_run(
+        self, first: int, count: int, tp: TopicPartition, base_offset: int, log_append_time: int
+    ) -> None: ...
+
+    def fail_run(self, first: int, count: int, error: BaseException) -> None: ...
+
+    def sink_for(self, index: int) -> ResultSink:
+        """A per-record sink, for when the batch is split and its records move."""
+        ...
+
+
+# The thunk of a record that belongs to a run: its outcome goes to the run, not to a sink.
+_RUN_THUNK: tuple[None, int, int, int] = (None, -1, -1, -1)
+
+
 class FinalState(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -87,6 +109,7 @@ class ProducerBatch:
 
     __slots__ = (
         "_final_state",
+        "_runs",
         "_thunks",
         "attempts",
         "backoff",
@@ -128,6 +151,8 @@ class ProducerBatch:
         self.split_into: list[ProducerBatch] | None = None
         self.result = ProduceRequestResult(tp)
         self._thunks: list[tuple[ResultSink | None, int, int, int]] = []
+        # (sink, first input index, offset delta of its first record, count) per bulk run.
+        self._runs: list[tuple[RunSink, int, int, int]] = []
         self.closed = False
         self._final_state: FinalState | None = None
 
@@ -149,6 +174,42 @@ class ProducerBatch:
             (sink, timestamp, -1 if key is None else len(key), -1 if value is None else len(value))
         )
         return True
+
+    def try_append_many(
+        self,
+        timestamp: int,
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes | None],
+        start: int,
+        run: RunSink,
+    ) -> int:
+        """Append ``values[start:]`` (with their ``keys``) until the batch is full.
+
+        The bulk form of :meth:`try_append`: one call per batch instead of one per record, and
+        one outcome per batch for ``run`` instead of one result sink per record.
+
+        Returns:
+            How many records went in (0 if none fit; the first of a batch always does).
+        """
+        if self.closed:
+            return 0
+        append = self.builder.try_append
+        thunks = self._thunks
+        add = thunks.append
+        first_delta = len(thunks)
+        no_headers: tuple[()] = ()
+        index = start
+        stop = len(values)
+        # Runs until a record does not fit: that one is encoded in vain, once per batch.
+        while index < stop:
+            key = None if keys is None else keys[index]
+            if append(timestamp, key, values[index], no_headers) < 0:
+                break
+            add(_RUN_THUNK)
+            index += 1
+        if index > start:
+            self._runs.append((run, start, first_delta, index - start))
+        return index - start
 
     @property
     def record_count(self) -> int:
@@ -231,6 +292,11 @@ class ProducerBatch:
                     )
                 )
             offset += step
+        for run, first, delta, count in self._runs:
+            run.settle_run(
+                first, count, self.tp, -1 if base_offset < 0 else base_offset + delta,
+                log_append_time,
+            )
         return True
 
     def fail(self, error: BaseException) -> bool:
@@ -253,6 +319,10 @@ class ProducerBatch:
                 own = copy.copy(error)
                 own.__cause__ = error.__cause__
                 sink.set_exception(own)
+        for run, first, _delta, count in self._runs:
+            own = copy.copy(error)
+            own.__cause__ = error.__cause__
+            run.fail_run(first, count, own)
         return True
 
     def _set_final_state(self, state: FinalState) -> bool:
@@ -272,10 +342,14 @@ class ProducerBatch:
     def split_records(self) -> Iterator[tuple[int, bytes | None, bytes | None, list[Header],
                                               ResultSink | None]]:
         """Yield each record with its own result sink, for re-batching after MESSAGE_TOO_LARGE."""
-        for (timestamp, key, value, headers), thunk in zip(
-            self.builder.iter_records(), self._thunks, strict=True
+        sinks = [thunk[0] for thunk in self._thunks]
+        for run, first, delta, count in self._runs:
+            for j in range(count):
+                sinks[delta + j] = run.sink_for(first + j)
+        for (timestamp, key, value, headers), sink in zip(
+            self.builder.iter_records(), sinks, strict=True
         ):
-            yield timestamp, key, value, list(headers), thunk[0]
+            yield timestamp, key, value, list(headers), sink
 
     @property
     def is_finished(self) -> bool:
@@ -287,6 +361,7 @@ class ProducerBatch:
     def detach_sinks(self) -> None:
         """Forget the record sinks once the records moved to new batches by a split."""
         self._thunks = [(None, *t[1:]) for t in self._thunks]
+        self._runs = []
 
     @property
     def compression(self) -> CompressionType:

@@ -566,9 +566,15 @@ class MemoryRecordsBuilder:
     @property
     def is_full(self) -> bool:
         """Closed for appends, or holding records and at or over ``write_limit`` (estimated)."""
-        return self._appends_closed or (
-            self._num_records > 0 and self._write_limit <= self._estimated_bytes_written()
-        )
+        # Read after every append: _estimated_bytes_written is spelt out to save a call.
+        if self._appends_closed:
+            return True
+        if not self._num_records:
+            return False
+        if self._compression:
+            uncompressed = self._pos - RECORD_BATCH_OVERHEAD
+            return self._write_limit <= RECORD_BATCH_OVERHEAD + int(uncompressed * self._est_factor)
+        return self._write_limit <= self._pos
 
     @property
     def is_closed(self) -> bool:

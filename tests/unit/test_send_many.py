@@ -1,0 +1,185 @@
+"""Producer.send_many, the bulk path, against a fake broker adapter on a fast-forwarded clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from aioaccum import (
+    BrokerError,
+    BufferExhaustedError,
+    ConfigError,
+    RecordTooLargeError,
+    SerializationError,
+)
+from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum.producer import Producer
+
+from .fake_kafka import FakeKafka, Request
+
+pytestmark = pytest.mark.looptime
+
+MESSAGE_TOO_LARGE = 10
+INVALID_REQUIRED_ACKS = 21  # not retriable
+
+
+def make(fake: FakeKafka | None = None, **settings: Any) -> tuple[Producer, FakeKafka]:
+    fake = fake or FakeKafka(StaticCluster.uniform({"t": 3}, nodes=3))
+    settings.setdefault("linger_ms", 5)
+    return Producer("fake:9092", kafka=fake, **settings), fake
+
+
+async def test_metadata_comes_back_in_input_order_across_batches_and_partitions() -> None:
+    producer, fake = make(batch_size=1024)
+    values = [b"value-%05d" % i + b"x" * 50 for i in range(2000)]
+    async with producer:
+        future = await producer.send_many("t", values)
+        results = await future
+    assert len(results) == len(values)
+    assert len({r.partition for r in results}) > 1, "the sticky partitioner moved on"
+    for metadata, value in zip(results, values, strict=True):
+        stored = fake.log[TopicPartition("t", metadata.partition)][metadata.offset]
+        assert stored.value == value
+        assert metadata.serialized_value_size == len(value)
+        assert metadata.serialized_key_size == -1
+    # The bulk path still batches: about 1 KiB of records per batch.
+    counts = [n for request in fake.requests for n in request.record_counts]
+    assert sum(counts) == 2000
+    assert min(counts[:-3]) > 10
+
+
+async def test_keys_choose_partitions_like_send_does() -> None:
+    producer, fake = make()
+    keys = [b"k%d" % (i % 7) for i in range(300)]
+    values = [b"v%d" % i for i in range(300)]
+    async with producer:
+        bulk = await (await producer.send_many("t", values, keys=keys))
+        pairs = zip(keys, values, strict=True)
+        single = [await (await producer.send("t", v, key=k)) for k, v in pairs]
+    assert [m.partition for m in bulk] == [m.partition for m in single]
+    assert [m.serialized_key_size for m in bulk] == [len(k) for k in keys]
+    for metadata, key in zip(bulk, keys, strict=True):
+        assert fake.log[TopicPartition("t", metadata.partition)][metadata.offset].key == key
+
+
+async def test_a_fixed_partition_takes_every_record_in_order() -> None:
+    producer, fake = make()
+    async with producer:
+        values = [b"%d" % i for i in range(500)]
+        results = await (await producer.send_many("t", values, partition=2))
+    assert {r.partition for r in results} == {2}
+    assert [r.offset for r in results] == list(range(500))
+    assert [r.value for r in fake.log[TopicPartition("t", 2)]] == [b"%d" % i for i in range(500)]
+
+
+async def test_serializers_apply_to_every_record() -> None:
+    producer, fake = make(
+        value_serializer=lambda v: str(v).encode(), key_serializer=lambda k: k.encode()
+    )
+    async with producer:
+        results = await (await producer.send_many("t", [1, 2, 3], keys=["a", "b", "c"]))
+    stored = [fake.log[TopicPartition("t", r.partition)][r.offset] for r in results]
+    assert [(s.key, s.value) for s in stored] == [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
+
+
+async def test_an_empty_call_resolves_to_an_empty_list() -> None:
+    producer, _ = make()
+    async with producer:
+        assert await (await producer.send_many("t", [])) == []
+
+
+async def test_a_bad_record_refuses_the_whole_call_and_keeps_what_was_accepted() -> None:
+    producer, fake = make()
+    async with producer:
+        good = await producer.send("t", b"accepted before", partition=0)
+        stats_before = producer.pool.statistics() if producer.pool else None
+        with pytest.raises(SerializationError, match=r"value #2 must be bytes or None, got int"):
+            await producer.send_many("t", [b"a", b"b", 3, b"d"])
+        with pytest.raises(ConfigError, match="2 keys for 3 values"):
+            await producer.send_many("t", [b"a", b"b", b"c"], keys=[b"1", b"2"])
+        assert producer.pool is not None
+        assert producer.pool.statistics() == stats_before
+        assert (await good).offset == 0
+    assert [r.value for r in fake.log[TopicPartition("t", 0)]] == [b"accepted before"]
+
+
+async def test_a_record_too_large_is_refused_before_the_pool_is_touched() -> None:
+    producer, fake = make(max_request_size=1000)
+    async with producer:
+        assert producer.pool is not None
+        before = producer.pool.statistics()
+        with pytest.raises(RecordTooLargeError, match="max_request_size=1000"):
+            await producer.send_many("t", [b"a", b"x" * 2000, b"c"])
+        assert producer.pool.statistics() == before
+    assert sum(len(log) for log in fake.log.values()) == 0
+
+
+async def test_a_failed_batch_fails_the_future_with_a_typed_error() -> None:
+    producer, fake = make(retries=0, batch_size=256)
+    fake.script.append({TopicPartition("t", 1): INVALID_REQUIRED_ACKS})
+    async with producer:
+        future = await producer.send_many("t", [b"x" * 40] * 20, partition=1)
+        with pytest.raises(BrokerError) as caught:
+            await future
+    assert caught.value.errno == INVALID_REQUIRED_ACKS
+    assert not caught.value.retriable
+
+
+async def test_records_of_a_split_batch_keep_their_places() -> None:
+    producer, fake = make(batch_size=4096)
+    fake.script.append({TopicPartition("t", 0): MESSAGE_TOO_LARGE})
+    values = [b"r%03d" % i + b"y" * 60 for i in range(40)]
+    async with producer:
+        results = await (await producer.send_many("t", values, partition=0))
+    # The first request was refused whole; the records came back in smaller batches.
+    assert fake.requests[0].record_counts == [40]
+    assert len(fake.requests) >= 2
+    assert [r.offset for r in results] == list(range(40))
+    assert [r.value for r in fake.log[TopicPartition("t", 0)]] == values
+
+
+async def test_cancelling_the_future_does_not_stop_delivery() -> None:
+    producer, fake = make()
+    async with producer:
+        future = await producer.send_many("t", [b"a", b"b", b"c"], partition=0)
+        future.cancel()
+        await producer.flush()
+    assert [r.value for r in fake.log[TopicPartition("t", 0)]] == [b"a", b"b", b"c"]
+
+
+async def test_running_out_of_memory_midway_says_how_many_went_in() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def hold(_request: Request) -> asyncio.Future[None]:
+        return gate
+
+    fake = FakeKafka(StaticCluster.uniform({"t": 1}, nodes=1), gate=hold)
+    producer, _ = make(fake, batch_size=1024, buffer_memory=4096, max_block_ms=200)
+    async with producer:
+        with pytest.raises(BufferExhaustedError) as caught:
+            await producer.send_many("t", [b"z" * 100] * 200)
+        notes = "\n".join(getattr(caught.value, "__notes__", []))
+        accepted = int(notes.split("accepted ")[1].split(" of ")[0])
+        assert 0 < accepted < 200
+        assert "of 200 records" in notes
+        gate.set_result(None)
+        await producer.flush()
+    assert len(fake.log[TopicPartition("t", 0)]) == accepted
+
+
+async def test_bulk_and_single_sends_interleave_in_one_batch() -> None:
+    producer, fake = make()
+    async with producer:
+        first = await producer.send("t", b"one", partition=0)
+        bulk = await producer.send_many("t", [b"two", b"three"], partition=0)
+        last = await producer.send("t", b"four", partition=0)
+        assert [(await first).offset, *[m.offset for m in await bulk], (await last).offset] == [
+            0,
+            1,
+            2,
+            3,
+        ]
+    assert Counter(len(r.record_counts) for r in fake.requests) == {1: 1}
