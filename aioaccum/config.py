@@ -206,7 +206,10 @@ class ProducerConfig:
         Python values, and the Pythonic names are accepted too. ``sasl.jaas.config`` with
         Kafka's ``PlainLoginModule`` or ``ScramLoginModule`` sets the user name and password;
         ``compression.<codec>.level`` sets ``compression_level`` when ``<codec>`` is the chosen
-        ``compression.type``.
+        ``compression.type``. ``ssl.truststore.location`` (a PEM file; ``ssl.truststore.type``
+        must be ``PEM`` if given) or ``ssl.truststore.certificates`` and
+        ``ssl.endpoint.identification.algorithm`` (``""`` turns host name checks off) build
+        ``ssl_context``.
 
         Raises:
             ConfigError: A name is unknown or unsupported, or a value is invalid; the message
@@ -323,7 +326,8 @@ _UNSUPPORTED = {
 _UNSUPPORTED_PREFIXES = (
     (
         "ssl.",
-        "Java keystore and TLS properties don't apply; pass "
+        "of the ssl.* properties only ssl.truststore.location or ssl.truststore.certificates "
+        "(type PEM) and ssl.endpoint.identification.algorithm are read; for anything else pass "
         "ssl_context=ssl.create_default_context(cafile=...) instead",
     ),
     (
@@ -351,13 +355,31 @@ def _check_name(name: str, *, dotted: bool = False) -> None:
         reason = next((why for p, why in _UNSUPPORTED_PREFIXES if java_style.startswith(p)), None)
     if reason is not None:
         raise ConfigError(f"setting {name!r} is not supported: {reason}")
-    candidates = [*_FIELDS, *JAVA_TO_PYTHON] if dotted else list(_FIELDS)
-    match = _ALIASES.get(name) or next(
-        iter(difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)), None
-    )
+    match = _close_match(name)
     if match is not None:
         raise ConfigError(f"unknown setting {name!r}; did you mean {match!r}?")
     raise ConfigError(f"unknown setting {name!r}; valid settings are {', '.join(_FIELDS)}")
+
+
+_CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _close_match(name: str) -> str | None:
+    """The setting ``name`` most likely meant, in the spelling ``name`` uses (dotted or not)."""
+    # Case, camelCase, dashes, dots and Java's constant names (LINGER_MS_CONFIG) all fold to
+    # the Pythonic spelling first, so only real misspellings are left to the fuzzy match.
+    norm = _CAMEL_HUMP.sub("_", name).lower().replace("-", "_").replace(".", "_")
+    norm = norm.removesuffix("_config")
+    match = _ALIASES.get(norm) or (norm if norm in _FIELDS else None)
+    if match is None:
+        # A truncated name ("max_in_flight") that starts exactly one setting.
+        longer = [f for f in _FIELDS if f.startswith(norm + "_")]
+        match = longer[0] if len(longer) == 1 else None
+    if match is None:
+        match = next(iter(difflib.get_close_matches(norm, _FIELDS, n=1, cutoff=0.6)), None)
+    if match is not None and "." in name:
+        return PYTHON_TO_JAVA.get(match, match)
+    return match
 
 
 _INT_RANGES: dict[str, tuple[int, int]] = {
@@ -648,12 +670,60 @@ def _parse_jaas(value: object, label: str) -> tuple[str, str]:
     return options["username"], options["password"]
 
 
+_SSL_PROPERTIES = frozenset(
+    {
+        "ssl.truststore.location",
+        "ssl.truststore.certificates",
+        "ssl.truststore.type",
+        "ssl.endpoint.identification.algorithm",
+    }
+)
+
+
+def _ssl_context_from(props: Mapping[str, object]) -> ssl.SSLContext:
+    """Java's PEM truststore properties as a verifying ``ssl.SSLContext``."""
+    kind = props.get("ssl.truststore.type", "PEM")
+    if not isinstance(kind, str) or kind.strip().upper() != "PEM":
+        raise ConfigError(
+            f"ssl.truststore.type={kind!r}: only PEM truststores can be read; export the CA "
+            "as PEM (keytool -exportcert -rfc) or pass ssl_context"
+        )
+    location = props.get("ssl.truststore.location")
+    certificates = props.get("ssl.truststore.certificates")
+    if location is not None and certificates is not None:
+        raise ConfigError(
+            "ssl.truststore.location and ssl.truststore.certificates both set the trusted CAs; "
+            "keep one"
+        )
+    try:
+        context = ssl.create_default_context(
+            cafile=str(location).strip() if location is not None else None,
+            cadata=str(certificates) if certificates is not None else None,
+        )
+    except (OSError, ssl.SSLError) as exc:
+        which = "ssl.truststore.location" if location is not None else "ssl.truststore.certificates"
+        raise ConfigError(
+            f"{which} could not be read as PEM CA certificates ({exc}); fix it, or pass "
+            "ssl_context=ssl.create_default_context(cafile=...) instead"
+        ) from None
+    algorithm = props.get("ssl.endpoint.identification.algorithm", "https")
+    algorithm = algorithm.strip().lower() if isinstance(algorithm, str) else algorithm
+    if algorithm not in ("https", ""):
+        raise ConfigError(
+            f"ssl.endpoint.identification.algorithm must be 'https' or '' (no host name "
+            f"check), got {algorithm!r}"
+        )
+    context.check_hostname = algorithm == "https"
+    return context
+
+
 def _convert_properties(
     properties: Mapping[str, Any],
 ) -> tuple[dict[str, Any], dict[str, str]]:
     kwargs: dict[str, Any] = {}
     labels: dict[str, str] = {}
     levels: dict[str, tuple[str, object]] = {}
+    ssl_props: dict[str, object] = {}
 
     def put(name: str, value: object, label: str) -> None:
         if name in kwargs:
@@ -670,6 +740,8 @@ def _convert_properties(
         level = _LEVEL_KEY.fullmatch(label)
         if level is not None:
             levels[level[1]] = (label, value)
+        elif label in _SSL_PROPERTIES:
+            ssl_props[label] = value
         elif label == "sasl.jaas.config":
             user, password = _parse_jaas(value, label)
             put("sasl_plain_username", user, label)
@@ -680,6 +752,8 @@ def _convert_properties(
                 _check_name(label, dotted=True)
                 raise AssertionError(label)  # pragma: no cover  (_check_name raised)
             put(name, _from_text(name, value, label), label)
+    if ssl_props:
+        put("ssl_context", _ssl_context_from(ssl_props), min(ssl_props))
     codec = kwargs.get("compression_type", "none")
     codec = codec.strip().lower() if isinstance(codec, str) else codec
     if codec in levels and "compression_level" not in kwargs:

@@ -28,13 +28,18 @@ from aioaccum._core.records import (
 )
 from aioaccum._kafka import AioKafkaAdapter, KafkaAdapter
 from aioaccum._many import ManyResult
+from aioaccum._validate import (
+    as_bytes,
+    checked_column,
+    total_len,
+    validate_headers,
+    validate_topic,
+)
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
-    AioAccumError,
     ConfigError,
     ProducerClosedError,
     RecordTooLargeError,
-    SerializationError,
 )
 from aioaccum.metrics import ProducerMetrics
 from aioaccum.pool import BufferPool
@@ -44,92 +49,14 @@ __all__ = ["Producer", "RecordMetadata"]
 
 log = logging.getLogger(__name__)
 
-_BYTES_TYPES = (bytes, bytearray, memoryview)
 _NO_HEADERS: list[tuple[str, bytes | None]] = []
 _RECORD_BOUND = RECORD_BATCH_OVERHEAD + MAX_RECORD_OVERHEAD + 10
 _NOTHING_APPENDED = AppendResult(batch_is_full=False, new_batch_created=False)
-_MAX_TOPIC_LENGTH = 249
 _MAX_TIMESTAMP = 2**63 - 1  # the batch header's int64
 # Set in the context of the sender task (and the tasks it starts) to the producer it serves.
 _SENDER_OF: contextvars.ContextVar[Producer | None] = contextvars.ContextVar(
     "aioaccum_sender_of", default=None
 )
-_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-def _validate_topic(topic: object) -> str:
-    if not isinstance(topic, str) or not topic:
-        raise ConfigError(f"topic must be a non-empty str, got {topic!r}")
-    if topic in (".", "..") or len(topic) > _MAX_TOPIC_LENGTH or not _TOPIC_CHARS.issuperset(topic):
-        raise ConfigError(
-            f"invalid topic name {topic!r}: use 1 to {_MAX_TOPIC_LENGTH} characters from "
-            "[a-zA-Z0-9._-], not '.' or '..'"
-        )
-    return topic
-
-
-def _as_bytes(what: str, data: object) -> bytes | None:
-    if data is None or type(data) is bytes:
-        return data
-    if isinstance(data, _BYTES_TYPES):
-        return bytes(data)
-    raise SerializationError(_not_bytes_message(what, data))
-
-
-def _not_bytes_message(what: str, data: object) -> str:
-    kind = type(data).__name__
-    if what.startswith("header"):
-        hint = " (e.g. value.encode())" if isinstance(data, str) else ""
-        return f"{what} must be bytes or None, got {kind}; encode it to bytes first{hint}"
-    option = "key_serializer" if what.startswith("key") else "value_serializer"
-    example = f" (e.g. {option}=str.encode)" if isinstance(data, str) else ""
-    return (
-        f"{what} must be bytes or None, got {kind}; encode it to bytes first, or pass "
-        f"{option}= to the Producer{example}; a serializer must return bytes or None"
-    )
-
-
-def _total_len(items: Sequence[bytes | None], start: int, stop: int) -> int:
-    return sum(0 if item is None else len(item) for item in items[start:stop])
-
-
-def _validate_headers(headers: object) -> list[tuple[str, bytes | None]]:
-    if headers is None:
-        return []
-    out: list[tuple[str, bytes | None]] = []
-    if isinstance(headers, (str, bytes, bytearray, Mapping)):
-        # Iterable, but not pairs: each would fail below with a confusing item.
-        fix = " (list(headers.items()) turns a dict into pairs)" if isinstance(
-            headers, Mapping
-        ) else ""
-        raise SerializationError(
-            f"headers must be a sequence of (str, bytes) pairs, got {type(headers).__name__}"
-            f"{fix}"
-        )
-    try:
-        items = list(headers)  # type: ignore[call-overload,unused-ignore]
-    except TypeError:
-        raise SerializationError(
-            f"headers must be a sequence of (str, bytes) pairs, got {type(headers).__name__}"
-        ) from None
-    for i, item in enumerate(items):
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise SerializationError(f"header #{i} must be a (str, bytes) pair, got {item!r}")
-        name, value = item
-        if not isinstance(name, str):
-            fix = "; decode it to str" if isinstance(name, bytes) else ""
-            raise SerializationError(
-                f"header #{i} name must be str, got {type(name).__name__}{fix}"
-            )
-        if not name.isascii():
-            try:
-                name.encode()
-            except UnicodeEncodeError as exc:
-                raise SerializationError(
-                    f"header #{i} name {name!r} cannot be encoded as UTF-8: {exc.reason}"
-                ) from None
-        out.append((name, _as_bytes(f"header {name!r} value", value)))
-    return out
 
 
 class Producer:
@@ -361,10 +288,10 @@ class Producer:
         if self._value_serializer is not None:
             value = self._value_serializer(value)
         if key is not None and type(key) is not bytes:
-            key = _as_bytes("key", key)
+            key = as_bytes("key", key)
         if value is not None and type(value) is not bytes:
-            value = _as_bytes("value", value)
-        header_list = _validate_headers(headers) if headers else _NO_HEADERS
+            value = as_bytes("value", value)
+        header_list = validate_headers(headers) if headers else _NO_HEADERS
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
         elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= _MAX_TIMESTAMP:
@@ -384,7 +311,7 @@ class Producer:
         partitions = kafka.partitions_for_topic(topic)
         max_block_ms: float = self._max_block_ms
         if not partitions:
-            _validate_topic(topic)
+            validate_topic(topic)
             start = time.monotonic()
             partitions = await kafka.wait_for_topic(topic, max_block_ms / 1000)
             max_block_ms = max(max_block_ms - (time.monotonic() - start) * 1000, 0.0)
@@ -422,15 +349,6 @@ class Producer:
         elif result.batch_is_full:
             sender.wakeup()
         return future
-
-    def _checked_many(self, what: str, items: list[Any]) -> list[bytes | None]:
-        """Serialize and check a send_many column, refusing the call at the first bad item."""
-        serializer = self._key_serializer if what == "key" else self._value_serializer
-        if serializer is not None:
-            items = [serializer(item) for item in items]
-        if not all(type(item) is bytes or item is None for item in items):
-            items = [_as_bytes(f"{what} #{i}", item) for i, item in enumerate(items)]
-        return items
 
     def _check_many_sizes(
         self, keys: list[bytes | None] | None, values: list[bytes | None]
@@ -525,8 +443,10 @@ class Producer:
             every record has ended. Cancelling it does not stop delivery.
 
         Raises:
-            The errors of :meth:`send`, raised as soon as a record is refused. Records before
-            that one stay accepted and will be delivered; the message says how many there were.
+            The errors of :meth:`send`. Every record is serialized and checked before the first
+            is buffered, so a bad one refuses the whole call. A wait for memory that times out,
+            or a cancellation, can stop the call midway: the records already buffered stay
+            buffered and will be delivered, and a note on the exception says how many.
         """
         # Copied: the lengths are read again when the acknowledgements come.
         value_list = list(values)
@@ -553,8 +473,10 @@ class Producer:
         loop = self._loop
         assert loop is not None  # set by start(), which made _parts
         # Every record is checked before the first is accepted: a bad one refuses the call whole.
-        key_array = None if key_list is None else self._checked_many("key", key_list)
-        value_array = self._checked_many("value", value_list)
+        key_array = (
+            None if key_list is None else checked_column("key", key_list, self._key_serializer)
+        )
+        value_array = checked_column("value", value_list, self._value_serializer)
         self._check_many_sizes(key_array, value_array)
         future: asyncio.Future[list[RecordMetadata]] = loop.create_future()
         outcome = ManyResult(future, timestamp_ms, key_array, value_array)
@@ -565,7 +487,7 @@ class Producer:
         partitions = kafka.partitions_for_topic(topic)
         max_block_ms: float = self._max_block_ms
         if not partitions:
-            _validate_topic(topic)
+            validate_topic(topic)
             start = time.monotonic()
             partitions = await kafka.wait_for_topic(topic, max_block_ms / 1000)
             max_block_ms = max(max_block_ms - (time.monotonic() - start) * 1000, 0.0)
@@ -628,9 +550,9 @@ class Producer:
                     appended = 1
                 first, accepted = accepted, accepted + appended
                 if keyless:
-                    size = appended * overhead + _total_len(value_array, first, accepted)
+                    size = appended * overhead + total_len(value_array, first, accepted)
                     if key_array is not None:
-                        size += _total_len(key_array, first, accepted)
+                        size += total_len(key_array, first, accepted)
                     if (
                         partitioner.update_partition_info(
                             topic, chosen, size, result.batch_is_full
@@ -649,7 +571,7 @@ class Producer:
             # A slot taken for the refused record (pending) was never given to a batch, and
             # seal() counts only the accepted ones.
             outcome.seal(accepted)
-            if accepted and isinstance(exc, AioAccumError):
+            if accepted:  # cancellation too: what went in stays in
                 exc.add_note(
                     f"send_many accepted {accepted} of {count} records before this one; they "
                     "will still be delivered (await producer.flush() to wait for them)"
@@ -695,7 +617,7 @@ class Producer:
     async def partitions_for(self, topic: str) -> list[int]:
         """The topic's partitions, waiting up to ``max_block_ms`` for its metadata."""
         kafka, _, _ = self._running_parts()
-        _validate_topic(topic)
+        validate_topic(topic)
         partitions = kafka.partitions_for_topic(topic)
         if not partitions:
             partitions = await kafka.wait_for_topic(topic, self._config.max_block_ms / 1000)
