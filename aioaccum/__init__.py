@@ -4,6 +4,7 @@ from aioaccum._core.batch import RecordMetadata
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
     AioAccumError,
+    AuthenticationError,
     BrokerError,
     BufferExhaustedError,
     ConfigError,
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AioAccumError",
+    "AuthenticationError",
     "BrokerError",
     "BufferExhaustedError",
     "BufferPool",

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
+import ssl
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -17,13 +19,19 @@ from typing import Any, Protocol
 
 import aiokafka.errors as kerr
 from aiokafka.client import AIOKafkaClient
+from aiokafka.conn import create_conn
 from aiokafka.protocol.produce import ProduceRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest
 from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
 from aioaccum._core.cluster import TopicPartition
 from aioaccum.config import ProducerConfig
-from aioaccum.errors import AioAccumError, BrokerError, ProducerTimeoutError
+from aioaccum.errors import (
+    AioAccumError,
+    AuthenticationError,
+    BrokerError,
+    ProducerTimeoutError,
+)
 
 __all__ = [
     "AioKafkaAdapter",
@@ -88,7 +96,68 @@ def broker_error_for_code(code: int, message: str | None = None) -> BrokerError:
     )
 
 
+_AUTH_ERRORS = (
+    kerr.SaslAuthenticationFailed,
+    kerr.UnsupportedSaslMechanismError,
+    kerr.IllegalSaslStateError,
+    kerr.AuthenticationFailedError,
+    kerr.AuthenticationMethodNotSupported,
+)
+_DIAGNOSIS_TIMEOUT_MS = 5000
+# The connection went away mid-handshake: a broker restarting looks the same, so these say
+# nothing about certificates or protocols.
+_SSL_TRANSPORT_ERRORS = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+# A TLS record starts with its content type (21 is an alert) and the major version 3; a
+# plaintext client reads those bytes as the length of a Kafka response.
+_TLS_ALERT_PREFIX = (21, 3)
+
+
+def _tls_alert_answer(exc: BaseException) -> bool:
+    """Whether a plaintext connection was answered with a TLS alert (the port speaks TLS)."""
+    cause = exc.__cause__
+    if not isinstance(cause, asyncio.IncompleteReadError) or cause.expected is None:
+        return False
+    size = cause.expected
+    return (size >> 24, (size >> 16) & 0xFF) == _TLS_ALERT_PREFIX
+
+
+def _authentication_error(
+    exc: BaseException, where: str, login: str = "SASL authentication"
+) -> AuthenticationError | None:
+    """The typed error for a failure to secure or authenticate a connection, else None.
+
+    ``login`` says who tried to log in how, e.g. "SASL PLAIN authentication as 'app'".
+    """
+    if isinstance(exc, _AUTH_ERRORS):
+        # aiokafka's text is the broker's, which never repeats the password.
+        return AuthenticationError(
+            f"{login} with {where} failed: {exc}; check sasl_mechanism, "
+            "sasl_plain_username and sasl_plain_password"
+        )
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return AuthenticationError(
+            f"TLS certificate of {where} not accepted: {exc.verify_message} (verify code "
+            f"{exc.verify_code}); trust the cluster's CA with "
+            "ssl_context=ssl.create_default_context(cafile=...), and connect by a host name "
+            "or IP address that the certificate lists"
+        )
+    if isinstance(exc, ssl.SSLError) and not isinstance(exc, _SSL_TRANSPORT_ERRORS):
+        return AuthenticationError(
+            f"TLS handshake with {where} failed: {exc.reason or exc}; is that port a TLS "
+            "listener, and does security_protocol match it?"
+        )
+    if isinstance(exc, kerr.KafkaConnectionError) and _tls_alert_answer(exc):
+        return AuthenticationError(
+            f"{where} answered with a TLS alert: it is a TLS listener, so set "
+            "security_protocol='SSL' or 'SASL_SSL' (with an ssl_context trusting its CA)"
+        )
+    return None
+
+
 def _translate(exc: kerr.KafkaError | asyncio.TimeoutError | OSError) -> AioAccumError:
+    auth = _authentication_error(exc, "the broker")
+    if auth is not None:
+        return auth
     if isinstance(exc, kerr.KafkaError):
         errno = int(getattr(exc, "errno", -1))
         return BrokerError(
@@ -109,6 +178,35 @@ def map_errors() -> Iterator[None]:
         yield
     except (kerr.KafkaError, OSError) as exc:
         raise _translate(exc) from exc
+
+
+class _RedactSaslAuthentication(logging.Filter):
+    """Hides SASL authentication payloads from aiokafka's DEBUG request log.
+
+    aiokafka logs every request it sends, and a PLAIN SaslAuthenticate request carries the
+    password in clear text (SCRAM's carries a proof derived from it).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(map(self._is_sasl, record.args)):
+            record.args = tuple(
+                "SaslAuthenticateRequest(<redacted>)" if self._is_sasl(arg) else arg
+                for arg in record.args
+            )
+        return True
+
+    @staticmethod
+    def _is_sasl(arg: object) -> bool:
+        return type(arg).__name__.startswith("SaslAuthenticateRequest")
+
+
+_SASL_REDACTION = _RedactSaslAuthentication()
+
+
+def _redact_sasl_logs() -> None:
+    conn_logger = logging.getLogger("aiokafka.conn")
+    if _SASL_REDACTION not in conn_logger.filters:
+        conn_logger.addFilter(_SASL_REDACTION)
 
 
 class AioKafkaAdapter:
@@ -132,29 +230,80 @@ class AioKafkaAdapter:
 
     async def start(self) -> None:
         cfg = self._config
-        kwargs: dict[str, Any] = {
-            "bootstrap_servers": cfg.bootstrap_servers,
-            "client_id": cfg.client_id,
-            "metadata_max_age_ms": cfg.metadata_max_age_ms,
-            "request_timeout_ms": cfg.request_timeout_ms,
-            "retry_backoff_ms": cfg.retry_backoff_ms,
-            "connections_max_idle_ms": cfg.connections_max_idle_ms,
+        ssl_context = cfg.ssl_context
+        if ssl_context is None and "SSL" in cfg.security_protocol:
+            # Verified by default, as Java does: the system's CAs and the host name.
+            ssl_context = ssl.create_default_context()
+        security: dict[str, Any] = {
             "security_protocol": cfg.security_protocol,
-            "ssl_context": cfg.ssl_context,
+            "ssl_context": ssl_context,
         }
         if cfg.sasl_mechanism is not None:
-            kwargs["sasl_mechanism"] = cfg.sasl_mechanism
-            kwargs["sasl_plain_username"] = cfg.sasl_plain_username
-            kwargs["sasl_plain_password"] = cfg.sasl_plain_password
-        client = AIOKafkaClient(**kwargs)
+            _redact_sasl_logs()
+            security["sasl_mechanism"] = cfg.sasl_mechanism
+            security["sasl_plain_username"] = cfg.sasl_plain_username
+            security["sasl_plain_password"] = cfg.sasl_plain_password
+        client = AIOKafkaClient(
+            bootstrap_servers=cfg.bootstrap_servers,
+            client_id=cfg.client_id,
+            metadata_max_age_ms=cfg.metadata_max_age_ms,
+            request_timeout_ms=cfg.request_timeout_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            connections_max_idle_ms=cfg.connections_max_idle_ms,
+            **security,
+        )
         client.cluster.add_listener(self._on_metadata_update)
         try:
-            with map_errors():
+            try:
                 await client.bootstrap()
+            except kerr.KafkaConnectionError as exc:
+                await self._explain_bootstrap_failure(client, security, exc)
+                raise
+        except (kerr.KafkaError, OSError) as exc:
+            await client.close()
+            raise _translate(exc) from exc
         except BaseException:
             await client.close()
             raise
         self._client = client
+
+    async def _explain_bootstrap_failure(
+        self, client: AIOKafkaClient, security: dict[str, Any], failure: Exception
+    ) -> None:
+        """Raises why no bootstrap server could be used; returns if that has passed.
+
+        aiokafka logs each server's error but raises one generic error, and a refused
+        password or certificate must not look like a broker that is merely down (which is
+        retriable). One more connection to one server tells which it is: an
+        :class:`AuthenticationError`, or a retriable :class:`BrokerError` naming the cause.
+        """
+        host, port, _ = client.hosts[0]
+        where = f"{host}:{port}"
+        # Refused credentials and certificates are answered within milliseconds: a server
+        # silent for longer has some other problem, and the user has waited enough.
+        timeout_ms = min(self._config.request_timeout_ms, _DIAGNOSIS_TIMEOUT_MS)
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                conn = await create_conn(
+                    host,
+                    port,
+                    client_id=self._config.client_id,
+                    request_timeout_ms=timeout_ms,
+                    **security,
+                )
+        except (TimeoutError, kerr.KafkaError, OSError) as exc:
+            cfg = self._config
+            login = f"SASL {cfg.sasl_mechanism} authentication as {cfg.sasl_plain_username!r}"
+            auth = _authentication_error(exc, where, login)
+            if auth is not None:
+                raise auth from exc
+            detail = f"{where}: {exc!r}"
+            if "SSL" in self._config.security_protocol and isinstance(exc, ConnectionError):
+                detail += " during the TLS handshake (is that port a TLS listener?)"
+            raise BrokerError(
+                f"{failure}; {detail}", retriable=True, invalid_metadata=True
+            ) from exc
+        conn.close()
 
     async def close(self) -> None:
         if self._client is not None:
@@ -193,10 +342,12 @@ class AioKafkaAdapter:
         else:
             self._topic_partitions = {}
             self._topic_partitions_version = self._metadata_version
-        self._track(topic)
         parts = self.client.cluster.partitions_for_topic(topic)
         if parts is None:
+            # Not tracked yet: wait_for_topic does that once the producer checked the name, so
+            # an invalid name never goes into the metadata requests.
             return None
+        self._track(topic)
         result = self._topic_partitions[topic] = sorted(parts)
         return result
 

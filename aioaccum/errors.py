@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "AioAccumError",
+    "AuthenticationError",
     "BrokerError",
     "BufferExhaustedError",
     "ConfigError",
@@ -51,6 +52,16 @@ class BufferExhaustedError(ProducerTimeoutError):
 
 class DeliveryTimeoutError(ProducerTimeoutError):
     """A record was not acknowledged within ``delivery_timeout_ms``."""
+
+
+class AuthenticationError(AioAccumError):
+    """The connection could not be secured or authenticated (Java's ``AuthenticationException``).
+
+    SASL credentials were refused, the mechanism is not enabled on the listener, or the TLS
+    handshake failed: the server's certificate did not verify against the trusted CAs or does
+    not name the host connected to, or one side does not speak TLS. Retrying cannot help until
+    the configuration changes. Messages never contain the password.
+    """
 
 
 class BrokerError(AioAccumError):

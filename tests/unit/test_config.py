@@ -257,7 +257,7 @@ def test_unknown_setting_without_a_match_lists_the_valid_ones() -> None:
         ({"transactional.id": "tx-1"}, "transactions are not supported"),
         ({"transaction.timeout.ms": "100"}, "transactions are not supported"),
         ({"interceptor.classes": "x"}, "interceptors are not supported"),
-        ({"ssl.truststore.location": "/x.jks"}, "ssl_context=ssl.create_default_context"),
+        ({"ssl.keystore.location": "/x.jks"}, "ssl_context=ssl.create_default_context"),
         ({"sasl.kerberos.service.name": "kafka"}, "only sasl.mechanism PLAIN/SCRAM"),
         ({"metrics.num.samples": "2"}, "Java metrics settings don't apply"),
         ({"reconnect.backoff.ms": "50"}, "connection set-up"),
