@@ -44,7 +44,10 @@ class Workload:
         return self.acks == "all"
 
     def describe(self) -> str:
-        parts = [f"{self.records:,} x {human_bytes(self.size)}", f"batch {human_bytes(self.batch_size)}"]
+        parts = [
+            f"{self.records:,} x {human_bytes(self.size)}",
+            f"batch {human_bytes(self.batch_size)}",
+        ]
         parts.append(f"linger {self.linger_ms} ms")
         parts.append(f"acks={self.acks}" + (" + idempotence" if self.idempotence else ""))
         if self.compression != "none":
@@ -76,18 +79,27 @@ WORKLOADS: dict[str, Workload] = {
         Workload("100b-128k-lz4", 1_000_000, 100, batch_size=128 * KIB, compression="lz4"),
         Workload("1k-16k-acks-all", 200_000, 1000, acks="all"),
         Workload(
-            "contention", 100_000, 100, concurrency=1000,
+            "contention",
+            100_000,
+            100,
+            concurrency=1000,
             note="each sender awaits its record's ack before sending the next",
         ),
         Workload(
-            "memory-bound", 2_000_000, 1000, memory_bound=True,
-            note="2,000,000 records offered to a broker throttled by a client quota",
+            "memory-bound",
+            2_000_000,
+            1000,
+            memory_bound=True,
+            note="records offered to a broker throttled by a client quota, for a bounded time",
         ),
     )
-}  # fmt: skip
+}
 
-# `--all`: every workload. The default (no --workload): the ones that fit a short run.
-DEFAULT_WORKLOADS = ("100b-16k", "1k-16k", "contention")
+# The default (no --workload) fits about 25 minutes with 3 repetitions of every contender on
+# this project's 2-core machine: one run of 100b-16k by all seven takes about 4 minutes there
+# (the slowest clients need a minute each), and the memory-bound run takes 7 x 30 s once.
+# `--all` runs every workload, about an hour there.
+DEFAULT_WORKLOADS = ("100b-16k", "1k-16k", "contention", "memory-bound")
 
 
 @dataclass(frozen=True, slots=True)

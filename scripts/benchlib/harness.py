@@ -1,0 +1,215 @@
+"""The broker side (cluster, fresh topics, end offsets, quotas) and measuring one child process.
+
+Peak RSS and CPU seconds come from ``wait4``'s rusage of the child itself (the JVM for Java,
+since ``scripts/kafka java-class`` execs it): the kernel's high-water mark, not a sample.
+While the child runs, its RSS is also sampled for the memory-bound run's timeline, and a child
+that passes ``rss_limit`` or its time limit is killed and reported as such.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchlib.spec import MIB
+
+SCRIPTS = Path(__file__).resolve().parent.parent
+KAFKA = SCRIPTS / "kafka"
+SAMPLE_EVERY_S = 0.1
+# librdkafka's syslog level for the parent's admin clients: warnings only, not the notice that
+# every deleted topic triggers.
+QUIET = 4
+
+
+def kafka_script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(KAFKA), *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+class Cluster:
+    """A 1-broker cluster from scripts/kafka, or the one already running; stops only its own."""
+
+    def __init__(self) -> None:
+        self.bootstrap = ""
+        self.lease: str | None = None
+
+    def __enter__(self) -> Cluster:
+        if kafka_script("status", timeout=30).returncode == 0:
+            self.bootstrap = kafka_script("bootstrap", timeout=30).stdout.strip()
+            print(f"bench: using the running cluster at {self.bootstrap}", file=sys.stderr)
+            return self
+        # A lease makes `release` stop the cluster only if this run started it.
+        self.lease = str(os.getpid())
+        up = kafka_script("up", "--brokers", "1", "--lease", self.lease, timeout=400)
+        if up.returncode != 0:
+            kafka_script("release", self.lease, timeout=120)
+            raise SystemExit(f"scripts/kafka up failed:\n{up.stdout}{up.stderr}")
+        self.bootstrap = up.stdout.strip().splitlines()[-1]
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.lease is not None:
+            kafka_script("release", self.lease, timeout=120)
+
+
+class Broker:
+    """Admin work in the parent process, through confluent-kafka's AdminClient."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.bootstrap = bootstrap
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": QUIET})
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+        futures = self.admin.create_topics([NewTopic(topic, partitions, 1)])
+        futures[topic].result(timeout=60)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            meta = self.admin.list_topics(topic, timeout=10).topics.get(topic)
+            parts = meta.partitions if meta is not None and meta.error is None else {}
+            if len(parts) == partitions and all(p.leader >= 0 for p in parts.values()):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"topic {topic}: partitions have no leader after 30 s")
+
+    def delete_topic(self, topic: str) -> None:
+        try:
+            self.admin.delete_topics([topic])[topic].result(timeout=60)
+        except Exception as exc:  # a leftover topic costs disk, not correctness
+            print(f"bench: could not delete {topic}: {exc}", file=sys.stderr)
+
+    def end_offsets(self, topic: str) -> int:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": "aioaccum-bench", "log_level": QUIET}
+        )
+        try:
+            meta = consumer.list_topics(topic, timeout=10).topics[topic]
+            return sum(
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in meta.partitions
+            )
+        finally:
+            consumer.close()
+
+    def set_producer_quota(self, client_id: str, bytes_per_s: int | None) -> None:
+        """Sets (or with None removes) the broker's producer_byte_rate for one client id."""
+        change = (
+            ["--delete-config", "producer_byte_rate"]
+            if bytes_per_s is None
+            else ["--add-config", f"producer_byte_rate={bytes_per_s}"]
+        )
+        done = kafka_script(
+            "java-class",
+            "kafka.admin.ConfigCommand",
+            "--bootstrap-server",
+            self.bootstrap,
+            "--alter",
+            "--entity-type",
+            "clients",
+            "--entity-name",
+            client_id,
+            *change,
+            timeout=120,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"kafka-configs failed:\n{done.stdout}{done.stderr}")
+
+
+@dataclass
+class Measured:
+    """What the parent saw of one child process."""
+
+    exit_code: int | None
+    wall_s: float
+    peak_rss_mib: float
+    cpu_s: float
+    stdout: str
+    stderr: str
+    result: dict[str, Any] | None
+    killed: str | None = None
+    rss_timeline: list[tuple[float, float]] = field(default_factory=list)
+
+
+def _rss_mib(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MIB
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def measure(
+    argv: list[str],
+    env_extra: dict[str, str],
+    result_path: Path,
+    *,
+    time_limit_s: float,
+    rss_limit_mib: float,
+    stop_after_s: float | None = None,
+) -> Measured:
+    """Runs argv to the end (or a limit) and returns its rusage, output and JSON result.
+
+    ``stop_after_s`` sends SIGTERM at that age (Java's memory-bound run, which has no deadline
+    of its own); ``time_limit_s`` and ``rss_limit_mib`` kill it outright.
+    """
+    env = {**os.environ, **env_extra}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
+        timeline: list[tuple[float, float]] = []
+        killed: str | None = None
+        termed = False
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid == proc.pid:
+                break
+            age = time.monotonic() - started
+            rss = _rss_mib(proc.pid)
+            if rss is not None:
+                timeline.append((round(age, 2), round(rss, 1)))
+            if killed is None and rss is not None and rss > rss_limit_mib:
+                killed = f"RSS passed the {rss_limit_mib:.0f} MiB limit"
+            elif killed is None and age > time_limit_s:
+                killed = f"still running after {time_limit_s:.0f} s"
+            if killed is not None:
+                os.kill(proc.pid, signal.SIGKILL)
+            elif stop_after_s is not None and age > stop_after_s and not termed:
+                os.kill(proc.pid, signal.SIGTERM)
+                termed = True
+            time.sleep(SAMPLE_EVERY_S)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - started
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    result = json.loads(result_path.read_text()) if result_path.exists() else None
+    return Measured(
+        exit_code=proc.returncode,
+        wall_s=wall,
+        peak_rss_mib=usage.ru_maxrss / 1024,  # kilobytes on Linux
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        stdout=stdout,
+        stderr=stderr,
+        result=result,
+        killed=killed,
+        rss_timeline=timeline,
+    )

@@ -1,0 +1,500 @@
+"""The command line of ``scripts/bench`` and the interleaved runs behind it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchlib.contenders import (
+    CONTENDERS,
+    DEFAULT_CONTENDERS,
+    QUICK_CONTENDERS,
+    child_command,
+    parse_java_output,
+)
+from benchlib.harness import Broker, Cluster, Measured, kafka_script, measure
+from benchlib.spec import (
+    BUFFER_MEMORY,
+    DEFAULT_WORKLOADS,
+    MIB,
+    THROTTLED_CLIENT_ID,
+    WORKLOADS,
+    Spec,
+    Workload,
+)
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+DOCS_JSON = ROOT / "docs" / "bench" / "results.json"
+# aioaccum's promise under a slow broker: its buffer plus this much for everything else.
+RSS_ALLOWANCE_MIB = 64
+QUICK_RECORDS = 20_000
+QUICK_CONCURRENCY = 50
+QUICK_TIME_LIMIT_S = 60
+TIMELINE_POINTS = 120
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="scripts/bench",
+        description="Producer clients side by side against one local broker, interleaved.",
+    )
+    parser.add_argument("--list", action="store_true", help="list workloads and contenders")
+    parser.add_argument(
+        "--workload",
+        action="append",
+        default=[],
+        help="workload name(s), comma separated; repeatable",
+    )
+    parser.add_argument("--all", action="store_true", help="every workload")
+    parser.add_argument("--contenders", help=f"default {','.join(DEFAULT_CONTENDERS)}")
+    parser.add_argument("--repeat", type=int, help="repetitions (default 3; --quick 1)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"smoke run: at most {QUICK_RECORDS:,} records, 1 repetition, "
+        f"{','.join(QUICK_CONTENDERS)}",
+    )
+    parser.add_argument("--records", type=int, help="override every workload's record count")
+    parser.add_argument("--bootstrap", help="use this cluster instead of starting one")
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--json", type=Path, help=f"results file (with --docs: {DOCS_JSON})")
+    parser.add_argument(
+        "--docs",
+        action="store_true",
+        help="write docs/benchmarks.md and docs/bench/*.png from the results",
+    )
+    parser.add_argument(
+        "--render-docs",
+        type=Path,
+        metavar="JSON",
+        help="only regenerate the docs from an existing results file",
+    )
+    parser.add_argument(
+        "--memory-seconds",
+        type=float,
+        default=30.0,
+        help="how long the memory-bound run offers records per contender",
+    )
+    parser.add_argument(
+        "--throttle-bytes",
+        type=int,
+        default=1 * MIB,
+        help="producer_byte_rate quota of the memory-bound run (bytes/s)",
+    )
+    parser.add_argument(
+        "--rss-limit-mib", type=float, default=4096, help="kill a contender whose RSS passes this"
+    )
+    parser.add_argument(
+        "--docs-dir", type=Path, default=ROOT / "docs", help="where --docs writes (default docs/)"
+    )
+    parser.add_argument("--time-limit", type=float, default=600, help="seconds per run")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def list_all() -> None:
+    print("workloads:")
+    for w in WORKLOADS.values():
+        mark = "*" if w.name in DEFAULT_WORKLOADS else " "
+        print(f" {mark} {w.name:<17} {w.describe()}")
+    print("   (* = run when no --workload is given; --all runs every one)")
+    print("contenders:")
+    for c in CONTENDERS.values():
+        reason = c.unavailable()
+        print(f"   {c.name:<14} {'available' if reason is None else 'unavailable: ' + reason}")
+
+
+def chosen_workloads(args: argparse.Namespace) -> list[Workload]:
+    names = [n for arg in args.workload for n in arg.split(",") if n]
+    if args.all:
+        names = list(WORKLOADS)
+    elif not names:
+        names = ["100b-16k"] if args.quick else list(DEFAULT_WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise SystemExit(f"unknown workload(s) {unknown}; see --list")
+    picked = [WORKLOADS[n] for n in names]
+    if args.records:
+        picked = [dataclasses.replace(w, records=args.records) for w in picked]
+    if args.quick:
+        picked = [
+            dataclasses.replace(
+                w,
+                records=min(w.records, QUICK_RECORDS * (10 if w.memory_bound else 1)),
+                concurrency=min(w.concurrency, QUICK_CONCURRENCY),
+            )
+            for w in picked
+        ]
+    return picked
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+    versions: dict[str, str] = {}
+    for dist in ("aiokafka", "confluent-kafka", "kafka-python", "uvloop"):
+        try:
+            from importlib.metadata import version
+
+            versions[dist] = version(dist)
+        except Exception:
+            versions[dist] = "not installed"
+    try:
+        import confluent_kafka
+
+        versions["librdkafka"] = confluent_kafka.libversion()[0]
+    except ImportError:
+        pass
+    rev = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "java": (java.stderr.splitlines() or ["?"])[0],
+        "kafka": kafka_script("version", timeout=30).stdout.strip(),
+        "aioaccum": f"git {rev}" if rev else "?",
+        "os": platform.platform(),
+        **versions,
+    }
+
+
+def spec_for(
+    w: Workload, contender: str, bootstrap: str, topic: str, result: Path, memory_seconds: float
+) -> Spec:
+    return Spec(
+        contender=contender,
+        bootstrap=bootstrap,
+        topic=topic,
+        records=w.records,
+        size=w.size,
+        batch_size=w.batch_size,
+        linger_ms=w.linger_ms,
+        compression=w.compression,
+        acks=w.acks,
+        idempotence=w.idempotence,
+        buffer_memory=BUFFER_MEMORY,
+        concurrency=w.concurrency,
+        memory_bound=w.memory_bound,
+        deadline_s=memory_seconds if w.memory_bound else 1e9,
+        client_id=THROTTLED_CLIENT_ID if w.memory_bound else "aioaccum-bench",
+        result_path=str(result),
+    )
+
+
+def one_run(
+    broker: Broker, w: Workload, contender: str, rep: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    topic = f"bench-{w.name}-{contender}-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, args.partitions)
+    with tempfile.TemporaryDirectory() as tmp:
+        result_path = Path(tmp) / "result.json"
+        spec = spec_for(w, contender, broker.bootstrap, topic, result_path, args.memory_seconds)
+        argv, env = child_command(spec)
+        is_java = CONTENDERS[contender].kind == "java"
+        limit = args.memory_seconds + 60 if w.memory_bound else args.time_limit
+        if args.quick:
+            limit = min(limit, QUICK_TIME_LIMIT_S)
+        measured = measure(
+            argv,
+            env,
+            result_path,
+            time_limit_s=limit,
+            rss_limit_mib=args.rss_limit_mib,
+            stop_after_s=args.memory_seconds if w.memory_bound and is_java else None,
+        )
+    if is_java:
+        measured.result = parse_java_output(measured.stdout, w.records)
+    delivered = broker.end_offsets(topic)
+    broker.delete_topic(topic)
+    return record(w, contender, rep, delivered, measured)
+
+
+def record(w: Workload, contender: str, rep: int, delivered: int, m: Measured) -> dict[str, Any]:
+    res = m.result or {}
+    run: dict[str, Any] = {
+        "workload": w.name,
+        "contender": contender,
+        "rep": rep,
+        "records": w.records,
+        "size": w.size,
+        "delivered": delivered,
+        "peak_rss_mib": round(m.peak_rss_mib, 1),
+        "cpu_s": round(m.cpu_s, 2),
+        "wall_s": round(m.wall_s, 2),
+        "exit_code": m.exit_code,
+        "killed": m.killed,
+        **res,
+    }
+    problems = []
+    if m.killed and not (w.memory_bound and "RSS" in m.killed):
+        problems.append(m.killed)
+    if m.exit_code not in (0, None) and not m.killed and not w.memory_bound:
+        problems.append(f"exit code {m.exit_code}")
+    if m.result is None and not m.killed:
+        problems.append("no result")
+    if not w.memory_bound:
+        if delivered != w.records:
+            problems.append(f"broker holds {delivered:,} of {w.records:,} records")
+        if res.get("errors"):
+            problems.append(f"{res['errors']} records failed")
+    run["ok"] = not problems
+    run["failure"] = "; ".join(problems) or None
+    if problems:
+        run["stderr_tail"] = m.stderr[-1500:]
+    if run["ok"] and not w.memory_bound and res.get("elapsed_s"):
+        rate = w.records / res["elapsed_s"]
+        run["records_per_s"] = rate
+        run["mb_per_s"] = rate * w.size / 1e6
+    else:
+        run["records_per_s"] = run["mb_per_s"] = None  # a failed run is never timed
+    if w.memory_bound:
+        step = max(1, len(m.rss_timeline) // TIMELINE_POINTS)
+        run["rss_timeline"] = m.rss_timeline[::step]
+        run["behaviour"] = behaviour(run)
+    return run
+
+
+def behaviour(run: dict[str, Any]) -> str:
+    """What a client did when the broker could not keep up, in words, from what was measured."""
+    if run.get("failure"):
+        return f"run failed: {run['failure']}"
+    parts = []
+    if run.get("killed") and "RSS" in run["killed"]:
+        parts.append(f"grew until killed ({run['killed']})")
+    raised: dict[str, int] = run.get("raised") or {}
+    if raised:
+        parts.append("raised " + ", ".join(f"{name} x{n:,}" for name, n in raised.items()))
+    if run.get("errors"):
+        parts.append(f"failed {run['errors']:,} records")
+    block = run.get("longest_block_s")
+    if block is not None and block >= 0.1:
+        parts.append(f"waited (longest send call {block:.1f} s)")
+    base = run.get("baseline_rss_mib")
+    if base is not None and run["peak_rss_mib"] - base > BUFFER_MEMORY / MIB + RSS_ALLOWANCE_MIB:
+        parts.append(f"grew (+{run['peak_rss_mib'] - base:,.0f} MiB over its start)")
+    if run["contender"] == "java" and not parts:
+        parts.append("no error; send blocks on buffer.memory by design (not timed here)")
+    return "; ".join(parts) or "kept up (never blocked, nothing raised)"
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    keys = dict.fromkeys((r["workload"], r["contender"]) for r in runs)
+    for workload, contender in keys:
+        mine = [r for r in runs if r["workload"] == workload and r["contender"] == contender]
+        ok = [r for r in mine if r["ok"]]
+
+        def med(field: str, rs: list[dict[str, Any]] = ok) -> float | None:
+            values = [r[field] for r in rs if r.get(field) is not None]
+            return statistics.median(values) if values else None
+
+        row: dict[str, Any] = {
+            "workload": workload,
+            "contender": contender,
+            "runs": len(mine),
+            "ok": len(ok),
+            "records_per_s": med("records_per_s"),
+            "mb_per_s": med("mb_per_s"),
+            "p50_ms": med("p50_ms"),
+            "p99_ms": med("p99_ms"),
+            "peak_rss_mib": max((r["peak_rss_mib"] for r in mine), default=None),
+            "cpu_s": med("cpu_s", mine),
+            "failures": sorted({r["failure"] for r in mine if r["failure"]}),
+        }
+        if "behaviour" in mine[0]:
+            row["behaviour"] = mine[0]["behaviour"]
+            row["delivered"] = mine[0]["delivered"]
+            row["offered"] = mine[0].get("offered")
+        out.append(row)
+    return out
+
+
+def memory_check(summary: list[dict[str, Any]]) -> dict[str, Any] | None:
+    row = next((s for s in summary if s["contender"] == "aioaccum" and "behaviour" in s), None)
+    if row is None:
+        return None
+    bound = BUFFER_MEMORY / MIB + RSS_ALLOWANCE_MIB
+    within = row["peak_rss_mib"] is not None and row["peak_rss_mib"] <= bound
+    waited = "waited" in row["behaviour"] and "raised" not in row["behaviour"]
+    return {
+        "bound_mib": bound,
+        "peak_rss_mib": row["peak_rss_mib"],
+        "within": within,
+        "waited": waited,
+        "passed": within and waited,
+    }
+
+
+def fmt(value: float | None, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_summary(summary: list[dict[str, Any]], workloads: list[Workload]) -> None:
+    described = {w.name: w.describe() for w in workloads}
+    for workload in dict.fromkeys(s["workload"] for s in summary):
+        rows = [s for s in summary if s["workload"] == workload]
+        print(f"\n{workload}: {described[workload]}")
+        print(
+            f"  {'client':<14}{'records/s':>12}{'MB/s':>8}{'p50 ms':>8}{'p99 ms':>8}"
+            f"{'RSS MiB':>9}{'CPU s':>7}  ok"
+        )
+        for s in rows:
+            print(
+                f"  {s['contender']:<14}{fmt(s['records_per_s']):>12}"
+                f"{fmt(s['mb_per_s'], '.1f'):>8}{fmt(s['p50_ms'], '.1f'):>8}"
+                f"{fmt(s['p99_ms'], '.1f'):>8}{fmt(s['peak_rss_mib']):>9}"
+                f"{fmt(s['cpu_s'], '.1f'):>7}  {s['ok']}/{s['runs']}"
+                + (f"  {s['behaviour']}" if "behaviour" in s else "")
+            )
+        ours = next((s for s in rows if s["contender"] == "aioaccum"), None)
+        if ours and ours["records_per_s"]:
+            for s in rows:
+                if s["contender"] != "aioaccum" and s["records_per_s"]:
+                    ratio = ours["records_per_s"] / s["records_per_s"]
+                    print(f"  aioaccum / {s['contender']}: {ratio:.2f}x")
+    check = memory_check(summary)
+    if check is not None:
+        verdict = "PASS" if check["passed"] else "FAIL"
+        print(
+            f"\nmemory check: aioaccum peak RSS {check['peak_rss_mib']:.0f} MiB <= "
+            f"{check['bound_mib']:.0f} MiB (buffer_memory + {RSS_ALLOWANCE_MIB} MiB): "
+            f"{check['within']}; waited instead of raising: {check['waited']}: {verdict}"
+        )
+
+
+def run_all(
+    args: argparse.Namespace, bootstrap: str, workloads: list[Workload], contenders: list[str]
+) -> list[dict[str, Any]]:
+    broker = Broker(bootstrap)
+    runs: list[dict[str, Any]] = []
+    repeat = args.repeat or (1 if args.quick else 3)
+    for w in workloads:
+        here = [c for c in contenders if w.concurrency == 1 or CONTENDERS[c].concurrent]
+        reps = 1 if w.memory_bound else repeat  # a bounded-time observation, not a timing
+        if w.memory_bound:
+            broker.set_producer_quota(THROTTLED_CLIENT_ID, args.throttle_bytes)
+        try:
+            for rep in range(reps):
+                for contender in here:
+                    run = one_run(broker, w, contender, rep, args)
+                    runs.append(run)
+                    rate = fmt(run["records_per_s"])
+                    state = "ok" if run["ok"] else f"FAILED: {run['failure']}"
+                    print(
+                        f"  {w.name} rep {rep + 1}/{reps} {contender:<14}{rate:>12} rec/s  "
+                        f"RSS {run['peak_rss_mib']:.0f} MiB  CPU {run['cpu_s']:.1f} s  "
+                        f"{run.get('behaviour', state)}",
+                        flush=True,
+                    )
+        finally:
+            if w.memory_bound:
+                broker.set_producer_quota(THROTTLED_CLIENT_ID, None)
+    return runs
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.child:
+        from benchlib.clients import child_main
+
+        return child_main(args.child)
+    if args.list:
+        list_all()
+        return 0
+    if args.render_docs:
+        from benchlib.report import write_docs
+
+        write_docs(json.loads(args.render_docs.read_text()), args.docs_dir)
+        return 0
+    workloads = chosen_workloads(args)
+    names = (
+        args.contenders.split(",")
+        if args.contenders
+        else list(QUICK_CONTENDERS if args.quick else DEFAULT_CONTENDERS)
+    )
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown:
+        raise SystemExit(f"unknown contender(s) {unknown}; see --list")
+    unavailable = {n: r for n in names if (r := CONTENDERS[n].unavailable()) is not None}
+    for name, reason in unavailable.items():
+        print(f"bench: leaving out {name}: {reason}", file=sys.stderr)
+    contenders = [n for n in names if n not in unavailable]
+    if len(contenders) < 1:
+        raise SystemExit("no contender can run here")
+    started = time.time()
+    load_before = os.getloadavg()
+    if load_before[0] > (os.cpu_count() or 1):
+        print(
+            f"bench: load average {load_before[0]:.1f} on {os.cpu_count()} cores: other work "
+            "competes for the CPU, figures will be noisy",
+            file=sys.stderr,
+        )
+    if args.bootstrap:
+        runs = run_all(args, args.bootstrap, workloads, contenders)
+    else:
+        with Cluster() as cluster:
+            runs = run_all(args, cluster.bootstrap, workloads, contenders)
+    summary = summarize(runs)
+    print_summary(summary, workloads)
+    meta: dict[str, Any] = {
+        "command": "scripts/bench " + shlex.join(argv),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+        "duration_s": round(time.time() - started, 1),
+        # Other processes' load skews every contender; these say how busy the machine was.
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "machine": machine_info(),
+        "repeat": args.repeat or (1 if args.quick else 3),
+        "partitions": args.partitions,
+        "buffer_memory": BUFFER_MEMORY,
+        "memory_seconds": args.memory_seconds,
+        "throttle_bytes": args.throttle_bytes,
+        "quick": args.quick,
+        "workloads": {
+            w.name: {**dataclasses.asdict(w), "describe": w.describe()} for w in workloads
+        },
+        "contenders": {n: CONTENDERS[n].idiom for n in names},
+        "unavailable": unavailable,
+    }
+    results = {
+        "meta": meta,
+        "runs": runs,
+        "summary": summary,
+        "memory_check": memory_check(summary),
+    }
+    out = args.json or (args.docs_dir / "bench" / "results.json" if args.docs else None)
+    if out is None:
+        out = Path(tempfile.gettempdir()) / f"aioaccum-bench-{int(started)}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"\nresults: {out} ({meta['duration_s']:.0f} s)")
+    if args.docs:
+        from benchlib.report import write_docs
+
+        write_docs(results, args.docs_dir)
+    failed = [r for r in runs if not r["ok"]]
+    return 1 if failed else 0
