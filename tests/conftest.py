@@ -81,6 +81,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.kafka)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[object]:
+    """Keep looptime away from synchronous tests.
+
+    looptime asks the loop policy of any test that has one for its current loop; for a plain
+    ``def`` test that makes a fresh loop nobody closes, and its ResourceWarning then fails
+    whichever later test happens to collect it.
+    """
+    # pytest-asyncio marks every async test (auto mode) and may wrap its function.
+    if pyfuncitem.get_closest_marker("asyncio") is None:
+        pyfuncitem.funcargs.pop("event_loop_policy", None)
+    return (yield)
+
+
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
