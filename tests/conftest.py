@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -82,7 +82,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[object]:
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
     """Keep looptime away from synchronous tests.
 
     looptime asks the loop policy of any test that has one for its current loop; for a plain
