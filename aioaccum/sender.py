@@ -118,6 +118,9 @@ class Sender:
         self._fatal: BaseException | None = None
         self._init_task: asyncio.Task[None] | None = None
         self._muted: set[TopicPartition] = set()
+        # Per partition, the sequence the broker expects after the last batch it acknowledged
+        # under the current producer id (Kafka's lastAckedSequence + 1).
+        self._next_expected: dict[TopicPartition, int] = {}
         self._init_attempts = 0
         self._next_init_at = 0.0
 
@@ -222,6 +225,7 @@ class Sender:
         self._init_attempts = 0
         resetting = self._txn.has_producer_id
         self._txn.set_producer_id_and_epoch(producer_id, epoch)
+        self._next_expected.clear()
         if resetting:
             restamped = self._acc.restamp_sequences()
             log.info(
@@ -372,6 +376,7 @@ class Sender:
         if response.error is None or response.error.errno == _DUPLICATE_SEQUENCE:
             if self._txn is not None and batch.base_sequence >= 0:
                 self._txn.mark_acknowledged(batch.tp)
+                self._next_expected[batch.tp] = batch.base_sequence + batch.record_count
             if batch.complete(response.base_offset, response.log_append_time):
                 self._metrics.record_success(batch, now)
             self._acc.deallocate(batch)
@@ -388,7 +393,11 @@ class Sender:
             self._metrics.record_split()
             self._acc.split_and_reenqueue(batch, now, self._backoff(batch.attempts + 1))
             return
-        if errno in _SEQUENCE_RESET_ERRORS and self._txn is not None:
+        if (
+            errno in _SEQUENCE_RESET_ERRORS
+            and self._txn is not None
+            and not self._follows_unresolved_batch(batch, errno)
+        ):
             self._txn.request_reset()
         if self._can_retry(batch, error, now):
             if isinstance(error, BrokerError) and error.invalid_metadata:
@@ -399,6 +408,20 @@ class Sender:
         if batch.has_reached_delivery_timeout(self._delivery_timeout, now):
             error = self._delivery_timeout_error(batch, now, cause=error)
         self._fail_batch(batch, error, now)
+
+    def _follows_unresolved_batch(self, batch: ProducerBatch, errno: int) -> bool:
+        """Whether an out-of-order answer only means an earlier batch is not written yet.
+
+        After a leader change, a batch retried to the new leader can arrive before the retry of
+        the batch ahead of it. The broker then sees a gap, but no sequence is lost: the batch is
+        retried after the earlier one, under the same producer id (Kafka's
+        ``TransactionManager.canRetry``). A new producer id here would re-stamp batches whose
+        earlier attempt may have been written, and the broker could no longer de-duplicate them.
+        """
+        if errno != _OUT_OF_ORDER_SEQUENCE:
+            return False
+        expected = self._next_expected.get(batch.tp)
+        return expected is not None and batch.base_sequence > expected
 
     def _can_retry(self, batch: ProducerBatch, error: AioAccumError, now: float) -> bool:
         if batch.has_reached_delivery_timeout(self._delivery_timeout, now):

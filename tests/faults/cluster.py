@@ -1,4 +1,4 @@
-"""Broker failures on the cluster that scripts/kafka runs: kill, restart, find leaders, wait for ISR.
+"""Broker failures on the scripts/kafka cluster: kill, restart, find leaders, wait for ISR.
 
 Everything goes through ``scripts/kafka`` with the caller's environment
 (``AIOACCUM_KAFKA_STATE``, ``AIOACCUM_KAFKA_PORT_OFFSET``), so it acts on the same cluster that
@@ -37,6 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 KAFKA_SCRIPT = REPO_ROOT / "scripts" / "kafka"
 SCRIPT_TIMEOUT_S = 300.0
 GRACEFUL_STOP_S = 30.0
+POLL_S = 0.1
 
 
 class ClusterControlError(RuntimeError):
@@ -59,7 +60,8 @@ async def kafka_script(*args: str, timeout: float = SCRIPT_TIMEOUT_S) -> str:
     except TimeoutError:
         proc.kill()
         await proc.wait()
-        raise ClusterControlError(f"scripts/kafka {' '.join(args)} hung for {timeout:.0f}s") from None
+        message = f"scripts/kafka {' '.join(args)} hung for {timeout:.0f}s"
+        raise ClusterControlError(message) from None
     if proc.returncode != 0:
         raise ClusterControlError(
             f"scripts/kafka {' '.join(args)} failed (exit {proc.returncode}):\n"
@@ -119,15 +121,24 @@ def broker_pid(node: int) -> int | None:
     return pid
 
 
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return status.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited already
+
+
 async def restart_gracefully(node: int) -> None:
     """SIGTERM node ``node`` (Kafka's controlled shutdown moves its leaders), then start it."""
     pid = broker_pid(node)
     if pid is None:
         raise ClusterControlError(f"node {node} is not running")
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + GRACEFUL_STOP_S
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
+    for _ in range(int(GRACEFUL_STOP_S / POLL_S)):
+        if not _alive(pid):
+            break
+        await asyncio.sleep(POLL_S)
     if broker_pid(node) is not None:
         await stop_broker(node)  # ignored SIGTERM: kill -9
     await start_broker(node)

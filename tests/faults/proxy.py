@@ -9,7 +9,7 @@ Faults, switchable at any time, globally, per node or per connection (the most s
 
 ``pass``       forward both ways.
 ``stall``      stop reading from both sides; sockets stay open, data already read is held.
-``slow``       forward at most ``bytes_per_s`` per direction.
+``slow``       forward at most ``bytes_per_s`` per connection and direction.
 ``reset``      abort with an RST (``SO_LINGER`` 0) every connection it covers, and every new one
                while it lasts.
 ``half_open``  cut one direction: either read and drop its bytes (the peer "vanished" one way)
@@ -182,8 +182,15 @@ class ProxyConnection:
         """Forward until either side closes or a reset; then close both sides."""
         try:
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._pump(Direction.TO_SERVER, self._client[0], self._server[1]))
-                group.create_task(self._pump(Direction.TO_CLIENT, self._server[0], self._client[1]))
+                for task in (
+                    group.create_task(
+                        self._pump(Direction.TO_SERVER, self._client[0], self._server[1])
+                    ),
+                    group.create_task(
+                        self._pump(Direction.TO_CLIENT, self._server[0], self._client[1])
+                    ),
+                ):
+                    self._proxy._track(task)
         except* (OSError, EOFError):
             pass
         finally:
@@ -361,6 +368,10 @@ class FaultProxy:
             bytes_dropped=self._dropped,
         )
 
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def _wake(self) -> None:
         # Pumps waiting in a gate re-read the faults (and notice a closed connection).
         old, self._change_event = self._change_event, asyncio.Event()
@@ -379,8 +390,15 @@ class FaultProxy:
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._track(task)
+        # Only close() cancels this task; asyncio's stream server would log the cancellation
+        # of its callback task as an error, so it ends quietly instead.
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._serve(route, reader, writer)
+
+    async def _serve(
+        self, route: _Route, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         self._accepted += 1
         if self.fault_for_node(route.node).kind is FaultKind.RESET:
             self._resets += 1

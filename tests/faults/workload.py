@@ -1,0 +1,292 @@
+"""A producing workload that accounts for every record, and the check that reads them all back.
+
+Each record's value starts with its id, a counter in send order. The :class:`Ledger` notes what
+became of every record: acknowledged (with partition and offset), failed with a typed aioaccum
+error (counted by type), failed with anything else (an "untyped" error, always a bug), or still
+pending. :func:`read_back` consumes the whole topic with aiokafka and checks every acknowledged
+record is there exactly once, at the offset its acknowledgement named, and that ids rise within
+each partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from array import array
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from aioaccum import AioAccumError, Producer, RecordMetadata
+
+__all__ = ["Ledger", "ReadBack", "read_back", "record_value", "wait_until"]
+
+ID_DIGITS = 12
+PENDING, ACKED, FAILED, NOT_SENT = 0, 1, 2, 3
+SAMPLES_PER_TYPE = 3
+
+
+async def wait_until(condition: Callable[[], bool], *, timeout: float, poll: float = 0.02) -> None:
+    """Poll ``condition`` until it holds; ``TimeoutError`` after ``timeout`` seconds."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(poll)
+
+
+def record_value(record_id: int, size: int) -> bytes:
+    """The value of record ``record_id``: its id in ASCII, padded to ``size`` bytes."""
+    head = b"%0*d|" % (ID_DIGITS, record_id)
+    return head + b"x" * max(size - len(head), 0)
+
+
+def record_id(value: bytes | None) -> int | None:
+    if value is None or len(value) <= ID_DIGITS or value[ID_DIGITS] != ord("|"):
+        return None
+    digits = value[:ID_DIGITS]
+    return int(digits) if digits.isdigit() else None
+
+
+@dataclass
+class Ledger:
+    """What happened to each record a :class:`Producer` was offered.
+
+    ``send_errors`` counts exceptions raised by ``send()`` itself (the record never got a
+    future); ``errors`` counts futures that failed with a typed aioaccum error; ``untyped``
+    counts everything else (other exception types, cancelled futures), by type name.
+    """
+
+    value_size: int = 100
+    states: bytearray = field(default_factory=bytearray)
+    partitions: array[int] = field(default_factory=lambda: array("i"))
+    offsets: array[int] = field(default_factory=lambda: array("q"))
+    errors: Counter[str] = field(default_factory=Counter)
+    send_errors: Counter[str] = field(default_factory=Counter)
+    untyped: Counter[str] = field(default_factory=Counter)
+    samples: dict[str, list[str]] = field(default_factory=dict)
+    _pending: dict[int, asyncio.Future[RecordMetadata]] = field(default_factory=dict)
+
+    @property
+    def offered(self) -> int:
+        return len(self.states)
+
+    @property
+    def acked(self) -> int:
+        return self.states.count(ACKED)
+
+    @property
+    def failed(self) -> int:
+        return self.states.count(FAILED)
+
+    @property
+    def not_sent(self) -> int:
+        return self.states.count(NOT_SENT)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def send(self, producer: Producer, topic: str) -> None:
+        """Offer the next record; note its fate when it has one."""
+        rid = len(self.states)
+        self.states.append(PENDING)
+        self.partitions.append(-1)
+        self.offsets.append(-1)
+        try:
+            fut = await producer.send(topic, record_value(rid, self.value_size))
+        except AioAccumError as exc:
+            self.states[rid] = NOT_SENT
+            self._note(self.send_errors, exc)
+            return
+        except Exception as exc:
+            self.states[rid] = NOT_SENT
+            self._note(self.untyped, exc, prefix="send: ")
+            return
+        if fut.done():
+            self._done(rid, fut)
+        else:
+            self._pending[rid] = fut
+            fut.add_done_callback(functools.partial(self._done, rid))
+
+    def _done(self, rid: int, fut: asyncio.Future[RecordMetadata]) -> None:
+        if self._pending.pop(rid, None) is None and self.states[rid] != PENDING:
+            return  # already noted
+        if fut.cancelled():
+            self.states[rid] = FAILED
+            self.untyped["CancelledError"] += 1
+            return
+        exc = fut.exception()
+        if exc is None:
+            md = fut.result()
+            self.states[rid] = ACKED
+            self.partitions[rid] = md.partition
+            self.offsets[rid] = md.offset
+        else:
+            self.states[rid] = FAILED
+            self._note(self.errors if isinstance(exc, AioAccumError) else self.untyped, exc)
+
+    def _note(self, counter: Counter[str], exc: BaseException, prefix: str = "") -> None:
+        name = prefix + type(exc).__name__
+        counter[name] += 1
+        kept = self.samples.setdefault(name, [])
+        if len(kept) < SAMPLES_PER_TYPE:
+            kept.append(str(exc))
+
+    async def settle(self) -> int:
+        """After ``close()``: note futures that ended but whose callbacks have not run yet.
+
+        Returns how many futures are still not done (a bug: close must end every record).
+        """
+        await asyncio.sleep(0)
+        for rid, fut in list(self._pending.items()):
+            if fut.done():
+                self._done(rid, fut)
+        return len(self._pending)
+
+    async def produce(
+        self,
+        producer: Producer,
+        topic: str,
+        *,
+        rate: float,
+        stop: Callable[[], bool],
+        limit: int | None = None,
+        tick: float = 0.01,
+    ) -> None:
+        """Offer records at about ``rate`` per second until ``stop()`` or ``limit`` records.
+
+        ``rate <= 0`` means as fast as the producer takes them.
+        """
+        started = time.monotonic()
+        while not stop() and (limit is None or self.offered < limit):
+            if rate > 0:
+                due = int((time.monotonic() - started) * rate) - self.offered
+                if limit is not None:
+                    due = min(due, limit - self.offered)
+                if due <= 0:
+                    await asyncio.sleep(tick)
+                    continue
+            else:
+                due = 1000 if limit is None else min(1000, limit - self.offered)
+            for _ in range(due):
+                await self.send(producer, topic)
+            # A send that never waits never yields: let the faults and the sender run.
+            await asyncio.sleep(0)
+
+    def check_ack_order(self) -> int:
+        """Pairs of acknowledged records whose offsets run against their ids in a partition."""
+        last: dict[int, int] = {}
+        violations = 0
+        for rid, state in enumerate(self.states):
+            if state != ACKED:
+                continue
+            partition, offset = self.partitions[rid], self.offsets[rid]
+            if offset <= last.get(partition, -1):
+                violations += 1
+            last[partition] = offset
+        return violations
+
+
+@dataclass
+class ReadBack:
+    """What consuming the topic found, compared with the ledger."""
+
+    consumed: int = 0
+    found: int = 0
+    duplicated: int = 0
+    duplicated_acked: int = 0
+    lost: int = 0
+    found_unacked: int = 0
+    misplaced: int = 0
+    order_violations: int = 0
+    foreign: int = 0
+    lost_samples: list[int] = field(default_factory=list)
+    duplicate_samples: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+async def read_back(
+    bootstrap: str, topic: str, ledger: Ledger, *, timeout: float = 300.0
+) -> ReadBack:
+    """Consume ``topic`` to its end offsets and hold it against ``ledger``."""
+    started = time.monotonic()
+    seen = bytearray(ledger.offered)
+    out = ReadBack()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_bytes=16 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic)
+        if not parts:
+            await consumer._client.force_metadata_update()
+            parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        last_id = {tp.partition: -1 for tp in tps}
+        remaining = {tp for tp in tps if ends[tp] > 0}
+        async with asyncio.timeout(timeout):
+            while remaining:
+                batches = await consumer.getmany(*remaining, timeout_ms=1000)
+                for tp, records in batches.items():
+                    for record in records:
+                        _check_record(record.value, tp.partition, record.offset, ledger, seen,
+                                      last_id, out)
+                for tp in list(remaining):
+                    if await consumer.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
+    finally:
+        await consumer.stop()
+    for rid, state in enumerate(ledger.states):
+        count = seen[rid]
+        if count:
+            out.found += 1
+            if count > 1:
+                out.duplicated += count - 1
+                if state == ACKED:
+                    out.duplicated_acked += count - 1
+                if len(out.duplicate_samples) < 10:
+                    out.duplicate_samples.append(rid)
+            if state != ACKED:
+                out.found_unacked += 1
+        elif state == ACKED:
+            out.lost += 1
+            if len(out.lost_samples) < 10:
+                out.lost_samples.append(rid)
+    out.seconds = time.monotonic() - started
+    return out
+
+
+def _check_record(
+    value: bytes | None,
+    partition: int,
+    offset: int,
+    ledger: Ledger,
+    seen: bytearray,
+    last_id: dict[int, int],
+    out: ReadBack,
+) -> None:
+    out.consumed += 1
+    rid = record_id(value)
+    if rid is None or rid >= len(seen):
+        out.foreign += 1
+        return
+    if seen[rid] < 255:
+        seen[rid] += 1
+    if rid <= last_id[partition]:
+        out.order_violations += 1
+    last_id[partition] = rid
+    if ledger.states[rid] == ACKED and (
+        ledger.partitions[rid] != partition or ledger.offsets[rid] != offset
+    ):
+        out.misplaced += 1
