@@ -1,0 +1,562 @@
+"""Write a Spark DataFrame to Kafka through aioaccum.
+
+``write_dataframe(df, topic, bootstrap_servers=...)`` sends every row of ``df`` as one record and
+returns a :class:`WriteReport`. Two ways to run it:
+
+``mode="driver"`` (the default)
+    One producer in the driver. Spark turns each Arrow batch of the selected columns into an
+    Arrow IPC blob of a few MiB (``mapInArrow``) and the driver pulls the blobs partition by
+    partition with ``toLocalIterator(prefetchPartitions=True)``. The driver's Python process
+    holds two blobs and ``buffer_memory`` at most, whatever the DataFrame's size; its JVM holds
+    the blobs of about two partitions. Executors need pyarrow, not aioaccum.
+
+``mode="executors"``
+    One producer per Spark task (``mapInArrow``), each on its own event loop, for data that one
+    driver cannot carry. Each task returns one row of counts; the driver adds them up.
+    Executors need aioaccum and pyarrow installed.
+
+This module imports pyspark only when called; ``import aioaccum`` never imports it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
+
+from aioaccum._spark_rows import (
+    RESULT_DDL,
+    Chunk,
+    OnError,
+    Tally,
+    make_packer,
+    produce,
+    run_coroutine,
+    unpack,
+)
+from aioaccum._validate import validate_topic
+from aioaccum.config import ProducerConfig
+from aioaccum.errors import AioAccumError, ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    import pyarrow as pa  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
+
+__all__ = ["ROW_JSON", "SparkWriteError", "WriteReport", "write_dataframe"]
+
+Mode = Literal["driver", "executors"]
+
+# Each blob the driver pulls holds about this much of the selected columns.
+_CHUNK_BYTES = 1 << 20
+_PACKED_DDL = "task int, rows long, blob binary"
+_PROGRESS_EVERY_S = 0.5
+# Null fields stay in the JSON ({"a": null}): every record of a DataFrame has the same keys.
+_JSON_OPTIONS = {"ignoreNullFields": "false"}
+
+
+class _RowJson:
+    """The type of :data:`ROW_JSON`."""
+
+    _instance: _RowJson | None = None
+
+    def __new__(cls) -> _RowJson:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ROW_JSON"
+
+    def __reduce__(self) -> str:
+        return "ROW_JSON"
+
+
+ROW_JSON: Final = _RowJson()
+"""Pass as ``value=`` (or ``key=``) to send the whole row, every column, as a JSON object."""
+
+@dataclass(frozen=True, slots=True)
+class WriteReport:
+    """What one :func:`write_dataframe` call did.
+
+    Attributes:
+        records: Records the brokers acknowledged.
+        bytes: Key and value bytes of those records (headers not counted).
+        seconds: Wall time of the whole call, the Spark jobs included.
+        per_partition: Acknowledged records per Kafka partition.
+        failures: Records that failed (not counting rows never attempted after a stop).
+        first_error: ``"ErrorType: message"`` of the first failure, or ``None``.
+        mode: ``"driver"`` or ``"executors"``.
+    """
+
+    records: int
+    bytes: int
+    seconds: float
+    per_partition: dict[int, int] = field(hash=False)
+    failures: int
+    first_error: str | None
+    mode: Mode
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def megabytes_per_second(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+class SparkWriteError(AioAccumError):
+    """Records failed, and ``on_error="raise"`` (or an error no later record could escape).
+
+    Raised after the producer flushed what it held, so ``report`` counts every record that
+    was handed to it.
+
+    Attributes:
+        report: The :class:`WriteReport` of the call.
+    """
+
+    def __init__(self, report: WriteReport) -> None:
+        super().__init__(
+            f"{report.failures} record(s) failed writing to Kafka ({report.records} delivered, "
+            f"mode={report.mode}); first error: {report.first_error}"
+        )
+        self.report = report
+
+
+def write_dataframe(
+    df: DataFrame,
+    topic: str,
+    *,
+    key: str | Column | _RowJson | None = None,
+    value: str | Column | _RowJson | None = "value",
+    headers: Sequence[str] | Mapping[str, str | Column] | None = None,
+    bootstrap_servers: str | Sequence[str],
+    mode: Mode = "driver",
+    progress: bool = True,
+    on_error: OnError = "raise",
+    **config: Any,
+) -> WriteReport:
+    """Send every row of ``df`` to ``topic`` as one Kafka record.
+
+    Columns become bytes in Spark: binary as is, strings as UTF-8, structs, arrays and maps as
+    JSON, other types as their string form. Null stays null (a null value is a tombstone).
+
+    Args:
+        df: Any DataFrame; it is computed once.
+        topic: The Kafka topic; it must exist unless the brokers create topics on demand.
+        key: A column name, a Column expression, :data:`ROW_JSON`, or ``None`` for no key.
+        value: Same choices; ``ROW_JSON`` sends the whole row as a JSON object.
+        headers: Column names (each header named after its column), or a mapping from
+            header name to column name or Column expression.
+        bootstrap_servers: The Kafka cluster.
+        mode: ``"driver"``: one producer in the driver; ``"executors"``: one per Spark task.
+        progress: Show progress on stderr (tqdm when installed).
+        on_error: ``"raise"``: stop at the first failed record, deliver what is buffered, then
+            raise :class:`SparkWriteError`; ``"collect"``: count failures and go on. An error
+            that no later record could escape (the topic's metadata never arrived, memory
+            never freed within ``max_block_ms``) stops the write and raises in both cases.
+        **config: Producer settings by their Python names (``linger_ms=20``, ``acks=1``, ...).
+
+    Returns:
+        The :class:`WriteReport`.
+
+    Raises:
+        ConfigError: A bad argument or producer setting (before any Spark job runs).
+        SparkWriteError: Records failed (see ``on_error``); ``.report`` has the counts.
+    """
+    if mode not in ("driver", "executors"):
+        raise ConfigError(f"mode must be 'driver' or 'executors', got {mode!r}")
+    if on_error not in ("raise", "collect"):
+        raise ConfigError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
+    validate_topic(topic)
+    settings: dict[str, Any] = {"bootstrap_servers": bootstrap_servers, **config}
+    ProducerConfig.from_kwargs(**settings)  # fail on a bad setting before Spark does any work
+    projected, header_names = _project(df, key, value, headers)
+    started = time.monotonic()
+    if mode == "driver":
+        tally = _write_from_driver(projected, topic, settings, header_names, on_error, progress)
+    else:
+        tally = _write_from_executors(projected, topic, settings, header_names, on_error, progress)
+    report = WriteReport(
+        records=tally.records,
+        bytes=tally.bytes,
+        seconds=time.monotonic() - started,
+        per_partition=dict(sorted(tally.per_partition.items())),
+        failures=tally.failures,
+        first_error=tally.first_error,
+        mode=mode,
+    )
+    if tally.failures and (tally.fatal or on_error == "raise"):
+        raise SparkWriteError(report)
+    return report
+
+
+# --- columns to bytes ----------------------------------------------------------------------
+
+
+def _column(df: DataFrame, spec: object, what: str) -> Column:
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
+    if spec is None:
+        return F.lit(None).cast("binary")
+    if spec is ROW_JSON:
+        return F.to_json(F.struct(*[df[name] for name in df.columns]), _JSON_OPTIONS)
+    if isinstance(spec, str):
+        if spec not in df.columns:
+            raise ConfigError(f"{what}={spec!r} names no column; the columns are {df.columns}")
+        return F.col("`" + spec.replace("`", "``") + "`")
+    if isinstance(spec, Column):
+        return spec
+    raise ConfigError(
+        f"{what} must be a column name, a Column, ROW_JSON or None, got {type(spec).__name__}"
+    )
+
+
+def _as_binary(column: Column, data_type: DataType) -> Column:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, BinaryType, MapType, StructType
+
+    if isinstance(data_type, BinaryType):
+        return column
+    if isinstance(data_type, StructType | ArrayType | MapType):
+        return F.to_json(column, _JSON_OPTIONS).cast("binary")
+    # Strings cast to their UTF-8 bytes; anything else goes through its string form first.
+    return column.cast("string").cast("binary")
+
+
+def _project(
+    df: DataFrame,
+    key: object,
+    value: object,
+    headers: Sequence[str] | Mapping[str, str | Column] | None,
+) -> tuple[DataFrame, tuple[str, ...]]:
+    """``df`` as binary columns ``key``, ``value``, ``h0``…, and the header names."""
+    if headers is None:
+        header_specs: list[tuple[str, object]] = []
+    elif isinstance(headers, Mapping):
+        header_specs = list(headers.items())
+    elif isinstance(headers, str):
+        raise ConfigError(f"headers must be a list of column names, not the string {headers!r}")
+    else:
+        header_specs = [(name, name) for name in headers]
+    for name, _ in header_specs:
+        if not isinstance(name, str):
+            raise ConfigError(f"header names must be str, got {name!r}")
+    raw = df.select(
+        _column(df, key, "key").alias("key"),
+        _column(df, value, "value").alias("value"),
+        *[
+            _column(df, spec, f"headers[{name!r}]").alias(f"h{i}")
+            for i, (name, spec) in enumerate(header_specs)
+        ],
+    )
+    projected = raw.select(
+        *[_as_binary(raw[f.name], f.dataType).alias(f.name) for f in raw.schema.fields]
+    )
+    return projected, tuple(name for name, _ in header_specs)
+
+
+# --- the two modes -------------------------------------------------------------------------
+
+
+def _write_from_driver(
+    projected: DataFrame,
+    topic: str,
+    settings: Mapping[str, Any],
+    header_names: tuple[str, ...],
+    on_error: OnError,
+    show: bool,
+) -> Tally:
+    packed = projected.mapInArrow(make_packer(_CHUNK_BYTES), _PACKED_DDL)
+    bar = _Progress(show, "aioaccum driver")
+    if show:
+        bar.set_total(packed.rdd.getNumPartitions())
+    tally = Tally(on_error)
+    rows = _LocalRows(packed)
+    chunks = (unpack(row[2], header_names, row[0]) for row in rows)
+
+    def on_chunk(chunk: Chunk) -> None:
+        # Spark hands partitions over in order: those before this chunk's are complete.
+        bar.update(chunk.task, len(chunk), chunk.payload_bytes)
+
+    completed = False
+    try:
+        run_coroutine(lambda: produce(chunks, topic, settings, tally, on_chunk))
+        completed = not tally.stop
+    finally:
+        chunks.close()
+        rows.close()
+        bar.finish(bar._total if completed else None)
+    return tally
+
+
+class _LocalRows:
+    """``DataFrame.toLocalIterator(prefetchPartitions=True)``, with a socket that gets closed.
+
+    Spark runs one job per partition (and the next one ahead) and streams each partition's rows
+    over a local socket. pyspark's own iterator leaves that socket to the garbage collector;
+    this one closes it in :meth:`close`, after telling Spark to stop if rows remain.
+    """
+
+    def __init__(self, df: DataFrame) -> None:
+        import importlib
+
+        from pyspark.util import local_connect_and_auth
+
+        # Untyped helpers of pyspark's, kept behind Any.
+        self._wire: Any = importlib.import_module("pyspark.serializers")
+        port, secret, self._server = df._jdf.toPythonIterator(True)
+        self._file, self._sock = local_connect_and_auth(port, secret)
+        self._sock.settimeout(None)  # a partition may take any time to compute
+        self._serializer = self._wire.BatchedSerializer(self._wire.CPickleSerializer())
+        self._current: Iterator[Any] = iter(())
+        self._more = True
+        self._closed = False
+
+    def __iter__(self) -> Iterator[Any]:
+        wire = self._wire
+        while self._more and not self._closed:
+            wire.write_int(1, self._file)  # ask for the next partition
+            self._file.flush()
+            status = wire.read_int(self._file)
+            if status == 1:
+                # Not `yield from`: closing this generator must leave the partition's stream
+                # readable, so that close() can drain it.
+                self._current = self._serializer.load_stream(self._file)
+                for row in self._current:  # noqa: UP028
+                    yield row
+            else:
+                self._more = False
+                if status == -1:
+                    self._server.getResult()  # raises the job's error
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._more:
+                for _ in self._current:  # Spark sends the whole partition; read it to the end
+                    pass
+                self._wire.write_int(0, self._file)  # no more partitions
+                self._file.flush()
+        except OSError:
+            pass  # Spark already went away; nothing left to tell it
+        finally:
+            self._file.close()
+            self._sock.close()
+
+
+def _collect(df: DataFrame) -> list[Any]:
+    """``df.collect()``, closing the socket that pyspark would leave to the garbage collector."""
+    import importlib
+
+    from pyspark.util import local_connect_and_auth
+
+    wire: Any = importlib.import_module("pyspark.serializers")
+    port, secret, server = df._jdf.collectToPython()
+    sockfile, sock = local_connect_and_auth(port, secret)
+    try:
+        sock.settimeout(None)
+        rows = list(wire.BatchedSerializer(wire.CPickleSerializer()).load_stream(sockfile))
+    finally:
+        sockfile.close()
+        sock.close()
+    server.getResult()  # raises the job's error, if it failed
+    return rows
+
+
+def _write_from_executors(
+    projected: DataFrame,
+    topic: str,
+    settings: Mapping[str, Any],
+    header_names: tuple[str, ...],
+    on_error: OnError,
+    show: bool,
+) -> Tally:
+    settings = dict(settings)
+
+    # Nested, so Spark ships the closure's values, while run_task comes from aioaccum there.
+    def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from aioaccum._spark_rows import run_task
+
+        return run_task(batches, topic, settings, header_names, on_error)
+
+    counted = projected.mapInArrow(task, RESULT_DDL)
+    sc = projected.sparkSession.sparkContext
+    group = f"aioaccum-{uuid.uuid4().hex[:12]}"
+    previous = sc.getLocalProperty("spark.jobGroup.id")
+    sc.setLocalProperty("spark.jobGroup.id", group)
+    watcher = _TaskWatcher(sc, group, show)
+    try:
+        results = _collect(counted)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", previous)  # type: ignore[arg-type]
+        watcher.stop()
+    tally = Tally(on_error)
+    for row in results:
+        tally.records += row["records"]
+        tally.bytes += row["bytes"]
+        tally.failures += row["failures"]
+        tally.fatal = tally.fatal or bool(row["fatal"])
+        if tally.first_error is None and row["first_error"] is not None:
+            tally.first_error = row["first_error"]
+        for partition, count in zip(row["kafka_partitions"], row["kafka_counts"], strict=True):
+            tally.per_partition[partition] = tally.per_partition.get(partition, 0) + count
+    watcher.finish(tally.records, tally.bytes)
+    return tally
+
+
+# --- progress ------------------------------------------------------------------------------
+
+
+class _Progress:
+    """Partitions (or tasks) done out of a total, records, MB and rate, on stderr.
+
+    Uses tqdm when it is installed, else rewrites one line (or, when stderr is not a terminal,
+    writes a line every few seconds).
+    """
+
+    def __init__(
+        self, enabled: bool, label: str, unit: str = "partitions", *, counts: bool = True
+    ) -> None:
+        self._enabled = enabled
+        self._counts = counts  # False: records are known only at the end
+        self._width = 0
+        self._label = label
+        self._unit = unit
+        self._total = 0
+        self._started = time.monotonic()
+        self._last_draw = 0.0
+        self._done = 0
+        self._records = 0
+        self._bytes = 0
+        self._stream: TextIO = sys.stderr
+        self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
+        self._bar: Any = None
+        if not enabled:
+            return
+        try:
+            from tqdm import tqdm  # type: ignore[import-untyped,import-not-found,unused-ignore]
+        except ImportError:
+            return
+        self._bar = tqdm(desc=label, unit=f" {unit}", file=self._stream, dynamic_ncols=True)
+
+    def set_total(self, total: int) -> None:
+        if total != self._total:
+            self._total = total
+            if self._bar is not None:
+                self._bar.total = total
+
+    def update(self, done: int | None = None, records: int = 0, nbytes: int = 0) -> None:
+        """``records`` and ``nbytes`` more were sent; ``done`` partitions are complete."""
+        self._records += records
+        self._bytes += nbytes
+        if not self._enabled:
+            return
+        step = 0 if done is None or done <= self._done else done - self._done
+        self._done += step
+        now = time.monotonic()
+        interval = _PROGRESS_EVERY_S if self._tty or self._bar is not None else 5.0
+        if now - self._last_draw >= interval:
+            self._last_draw = now
+            self._draw(step)
+        elif self._bar is not None and step:
+            self._bar.update(step)
+
+    def _draw(self, step: int) -> None:
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        summary = (
+            f"{self._records:,} records, {self._bytes / 1e6:.1f} MB, "
+            f"{self._records / elapsed:,.0f} rec/s"
+            if self._counts
+            else ""
+        )
+        if self._bar is not None:
+            if summary:
+                self._bar.set_postfix_str(summary, refresh=False)
+            self._bar.update(step)
+            self._bar.refresh()
+            return
+        of = f"/{self._total}" if self._total else ""
+        line = f"{self._label}: {self._done}{of} {self._unit}" + (f", {summary}" if summary else "")
+        if self._tty:
+            # Pad over what a longer previous line left behind.
+            self._stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+        else:
+            self._stream.write(line + "\n")
+        self._stream.flush()
+
+    def finish(
+        self, done: int | None, records: int | None = None, nbytes: int | None = None
+    ) -> None:
+        """Draw the final state and end the bar."""
+        if not self._enabled:
+            return
+        if records is not None:
+            self._records = records
+            self._counts = True
+        if nbytes is not None:
+            self._bytes = nbytes
+        self._last_draw = 0.0
+        self.update(done)
+        if self._bar is not None:
+            self._bar.close()
+        elif self._tty:
+            self._stream.write("\n")
+            self._stream.flush()
+
+
+class _TaskWatcher:
+    """Progress of ``mode="executors"``: polls Spark's status tracker for the job's tasks."""
+
+    def __init__(self, sc: Any, group: str, enabled: bool) -> None:
+        self._sc = sc
+        self._group = group
+        self._bar = _Progress(enabled, "aioaccum executors", unit="tasks", counts=False)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        if enabled:
+            self._thread = threading.Thread(
+                target=self._run, name="aioaccum-spark-progress", daemon=True
+            )
+            self._thread.start()
+
+    def _poll(self) -> tuple[int, int]:
+        tracker = self._sc.statusTracker()
+        done = total = 0
+        for job_id in tracker.getJobIdsForGroup(self._group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job is not None else ():
+                stage = tracker.getStageInfo(stage_id)
+                if stage is not None:
+                    done += stage.numCompletedTasks
+                    total += stage.numTasks
+        return done, total
+
+    def _run(self) -> None:
+        while not self._stopping.wait(_PROGRESS_EVERY_S):
+            done, total = self._poll()
+            self._bar.set_total(total)
+            self._bar.update(done)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def finish(self, records: int, nbytes: int) -> None:
+        if self._thread is None:
+            return
+        done, total = self._poll()
+        self._bar.set_total(total)
+        self._bar.finish(done, records, nbytes)
