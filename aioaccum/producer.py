@@ -311,10 +311,7 @@ class Producer:
         partitions = kafka.partitions_for_topic(topic)
         max_block_ms: float = self._max_block_ms
         if not partitions:
-            validate_topic(topic)
-            start = time.monotonic()
-            partitions = await kafka.wait_for_topic(topic, max_block_ms / 1000)
-            max_block_ms = max(max_block_ms - (time.monotonic() - start) * 1000, 0.0)
+            partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
         sticky = partition is None and self._sticky and (key is None or self._ignore_keys)
         if sticky:
             chosen = self._partitioner.partition(topic, kafka)
@@ -322,7 +319,7 @@ class Producer:
             chosen = self._partition(topic, partition, key, value, partitions, kafka)
         tps = self._tp_cache.get(topic)
         if tps is None or len(tps) < len(partitions):
-            tps = self._tp_cache[topic] = [TopicPartition(topic, p) for p in range(len(partitions))]
+            tps = self._cache_partitions(topic, len(partitions))
         tp = tps[chosen]
 
         loop = self._loop
@@ -366,6 +363,19 @@ class Producer:
             size = estimate_size_in_bytes_upper_bound(key, value, _NO_HEADERS)
             if size > self._max_record_size:
                 self._raise_too_large(size)
+
+    async def _wait_for_topic(
+        self, kafka: KafkaAdapter, topic: str
+    ) -> tuple[Sequence[int], float]:
+        """The topic's partitions once metadata has them, and what is left of max_block_ms."""
+        validate_topic(topic)
+        start = time.monotonic()
+        partitions = await kafka.wait_for_topic(topic, self._max_block_ms / 1000)
+        return partitions, max(self._max_block_ms - (time.monotonic() - start) * 1000, 0.0)
+
+    def _cache_partitions(self, topic: str, count: int) -> list[TopicPartition]:
+        tps = self._tp_cache[topic] = [TopicPartition(topic, p) for p in range(count)]
+        return tps
 
     def _raise_too_large(self, size: int) -> None:
         cfg = self._config
@@ -487,13 +497,10 @@ class Producer:
         partitions = kafka.partitions_for_topic(topic)
         max_block_ms: float = self._max_block_ms
         if not partitions:
-            validate_topic(topic)
-            start = time.monotonic()
-            partitions = await kafka.wait_for_topic(topic, max_block_ms / 1000)
-            max_block_ms = max(max_block_ms - (time.monotonic() - start) * 1000, 0.0)
+            partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
         tps = self._tp_cache.get(topic)
         if tps is None or len(tps) < len(partitions):
-            tps = self._tp_cache[topic] = [TopicPartition(topic, p) for p in range(len(partitions))]
+            tps = self._cache_partitions(topic, len(partitions))
 
         partitioner = self._partitioner
         fixed = None
