@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = [pytest.mark.kafka]
 
-BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
 CONTENDERS = ("aioaccum", "confluent")
 RUN_FIELDS = {
     "workload",

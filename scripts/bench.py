@@ -1,0 +1,25 @@
+#!/usr/bin/env python3
+"""Producer clients side by side against one local broker: aioaccum, aiokafka, confluent-kafka
+(plain and asyncio), kafka-python and Java's ProducerPerformance, interleaved over repetitions.
+
+    scripts/bench --list                       workloads and contenders
+    scripts/bench                              the default workloads, 3 repetitions
+    scripts/bench --all --docs                 everything; rewrites docs/benchmarks.md and
+                                               docs/bench/ (results.json and the charts)
+    scripts/bench --quick --bootstrap H:P      CI smoke run (< 60 s)
+    scripts/bench --render-docs docs/bench/results.json    only regenerate the docs
+
+Without --bootstrap it starts a 1-broker cluster through scripts/kafka (honouring
+AIOACCUM_KAFKA_PORT_OFFSET / AIOACCUM_KAFKA_STATE) unless one already runs there, and stops
+only what it started. Exit status 1 when any run failed its delivered-count check.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib.runner import main
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
