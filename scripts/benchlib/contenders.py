@@ -143,7 +143,7 @@ def child_command(spec: Spec) -> tuple[list[str], dict[str, str]]:
     """The argv and extra environment that run ``spec``'s contender in a fresh process."""
     if CONTENDERS[spec.contender].kind == "java":
         return java_command(spec), {"JAVA_TOOL_OPTIONS": JAVA_HEAP}
-    return [sys.executable, str(SCRIPTS / "bench"), "--child", spec.to_json()], {}
+    return [sys.executable, str(SCRIPTS / "bench.py"), "--child", spec.to_json()], {}
 
 
 def java_command(spec: Spec) -> list[str]:
