@@ -80,7 +80,7 @@ class RunSink(Protocol):
 
 
 # The thunk of a record that belongs to a run: its outcome goes to the run, not to a sink.
-_RUN_THUNK: tuple[None, int, int, int] = (None, -1, -1, -1)
+_RUN_THUNK: tuple[int, int, int] = (-1, -1, -1)
 
 
 class FinalState(enum.Enum):
@@ -110,6 +110,7 @@ class ProducerBatch:
     __slots__ = (
         "_final_state",
         "_runs",
+        "_sinks",
         "_thunks",
         "attempts",
         "backoff",
@@ -150,7 +151,12 @@ class ProducerBatch:
         self.base_sequence = -1
         self.split_into: list[ProducerBatch] | None = None
         self.result = ProduceRequestResult(tp)
-        self._thunks: list[tuple[ResultSink | None, int, int, int]] = []
+        # Per record, in parallel: its result sink, and (timestamp, key size, value size). The
+        # thunks hold only ints, so the garbage collector stops tracking them after one pass;
+        # with the future inside, each would be walked by every full collection while the
+        # caller keeps its futures (a million records: seconds of collector time).
+        self._sinks: list[ResultSink | None] = []
+        self._thunks: list[tuple[int, int, int]] = []
         # (sink, first input index, offset delta of its first record, count) per bulk run.
         self._runs: list[tuple[RunSink, int, int, int]] = []
         self.closed = False
@@ -170,8 +176,9 @@ class ProducerBatch:
         if self.closed or self.builder.try_append(timestamp, key, value, headers) < 0:
             return False
         # A plain tuple: this runs once per record, and a NamedTuple costs twice as much.
+        self._sinks.append(sink)
         self._thunks.append(
-            (sink, timestamp, -1 if key is None else len(key), -1 if value is None else len(value))
+            (timestamp, -1 if key is None else len(key), -1 if value is None else len(value))
         )
         return True
 
@@ -208,6 +215,7 @@ class ProducerBatch:
             add(_RUN_THUNK)
             index += 1
         if index > start:
+            self._sinks.extend([None] * (index - start))
             self._runs.append((run, start, first_delta, index - start))
         return index - start
 
@@ -276,7 +284,7 @@ class ProducerBatch:
         md_type = RecordMetadata
         offset = base_offset
         step = 0 if base_offset < 0 else 1
-        for sink, timestamp, key_size, value_size in self._thunks:
+        for sink, (timestamp, key_size, value_size) in zip(self._sinks, self._thunks, strict=True):
             if sink is not None and not sink.done():
                 sink.set_result(
                     make(
@@ -311,8 +319,7 @@ class ProducerBatch:
         if not self._set_final_state(state):
             return False
         self.result.error = error
-        for thunk in self._thunks:
-            sink = thunk[0]
+        for sink in self._sinks:
             if sink is not None and not sink.done():
                 # One copy per record: a traceback attached while one caller handles it must not
                 # leak into another caller's exception. The cause is kept by hand: copy drops it.
@@ -342,7 +349,7 @@ class ProducerBatch:
     def split_records(self) -> Iterator[tuple[int, bytes | None, bytes | None, list[Header],
                                               ResultSink | None]]:
         """Yield each record with its own result sink, for re-batching after MESSAGE_TOO_LARGE."""
-        sinks = [thunk[0] for thunk in self._thunks]
+        sinks = list(self._sinks)
         for run, first, delta, count in self._runs:
             for j in range(count):
                 sinks[delta + j] = run.sink_for(first + j)
@@ -360,7 +367,7 @@ class ProducerBatch:
 
     def detach_sinks(self) -> None:
         """Forget the record sinks once the records moved to new batches by a split."""
-        self._thunks = [(None, *t[1:]) for t in self._thunks]
+        self._sinks = [None] * len(self._sinks)
         self._runs = []
 
     @property
