@@ -187,6 +187,27 @@ class ProducerConfig:
         object.__setattr__(self, "_explicit", frozenset(explicit))
 
     @classmethod
+    def from_arguments(
+        cls,
+        config: ProducerConfig | None,
+        bootstrap_servers: str | Sequence[str] | None,
+        settings: dict[str, Any],
+    ) -> ProducerConfig:
+        """What a producer's constructor was given: a ready ``config``, or keyword settings
+        (``bootstrap_servers`` among them), never both.
+
+        Raises:
+            ConfigError: Both were given, or a setting is unknown or invalid.
+        """
+        if config is None:
+            if bootstrap_servers is not None:
+                settings = {**settings, "bootstrap_servers": bootstrap_servers}
+            return cls.from_kwargs(**settings)
+        if settings or bootstrap_servers is not None:
+            raise ConfigError("pass either config= or keyword settings, not both")
+        return config
+
+    @classmethod
     def from_kwargs(cls, **kwargs: Any) -> ProducerConfig:
         """Build a config from Pythonic keyword arguments.
 

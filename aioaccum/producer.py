@@ -77,12 +77,7 @@ class Producer:
         kafka: KafkaAdapter | None = None,
         **settings: Any,
     ) -> None:
-        if config is None:
-            if bootstrap_servers is not None:
-                settings["bootstrap_servers"] = bootstrap_servers
-            config = ProducerConfig.from_kwargs(**settings)
-        elif settings or bootstrap_servers is not None:
-            raise ConfigError("pass either config= or keyword settings, not both")
+        config = ProducerConfig.from_arguments(config, bootstrap_servers, settings)
         self._config = config
         self._kafka_override = kafka
         self._kafka: KafkaAdapter | None = None

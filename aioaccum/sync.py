@@ -49,7 +49,6 @@ from aioaccum._validate import validate_headers
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
     BufferExhaustedError,
-    ConfigError,
     ProducerClosedError,
     ProducerTimeoutError,
 )
@@ -152,12 +151,7 @@ class SyncProducer:
         loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
         **settings: Any,
     ) -> None:
-        if config is None:
-            if bootstrap_servers is not None:
-                settings["bootstrap_servers"] = bootstrap_servers
-            config = ProducerConfig.from_kwargs(**settings)
-        elif settings or bootstrap_servers is not None:
-            raise ConfigError("pass either config= or keyword settings, not both")
+        config = ProducerConfig.from_arguments(config, bootstrap_servers, settings)
         self._user_config = config
         self._key_serializer = config.key_serializer
         self._value_serializer = config.value_serializer

@@ -18,24 +18,25 @@ ROOT = Path(__file__).resolve().parent.parent
 KAFKA = [sys.executable, str(ROOT / "scripts" / "kafka")]
 
 
-def _kafka(*args: str) -> subprocess.CompletedProcess[str]:
+def kafka_script(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*KAFKA, *args], text=True, capture_output=True, check=False)
 
 
-def ensure_cluster() -> tuple[str, bool]:
-    """The bootstrap string, and whether this run started the cluster."""
-    env = os.environ.get("AIOACCUM_BOOTSTRAP")
-    if env:
-        return env, False
-    if _kafka("status").returncode == 0:
-        return _kafka("bootstrap").stdout.strip(), False
+def ensure_cluster(bootstrap: str | None = None) -> tuple[str, bool]:
+    """The bootstrap string (``bootstrap``, else AIOACCUM_BOOTSTRAP, else a local cluster that
+    this starts if none runs), and whether this run started the cluster."""
+    bootstrap = bootstrap or os.environ.get("AIOACCUM_BOOTSTRAP")
+    if bootstrap:
+        return bootstrap, False
+    if kafka_script("status").returncode == 0:
+        return kafka_script("bootstrap").stdout.strip(), False
     print("starting a local Kafka broker (scripts/kafka up --brokers 1) ...", flush=True)
     started = time.monotonic()
     up = subprocess.run([*KAFKA, "up", "--brokers", "1"], check=False)
     if up.returncode != 0:
         raise SystemExit("could not start Kafka; see the log tail above")
     print(f"Kafka is up after {time.monotonic() - started:.1f} s", flush=True)
-    return _kafka("bootstrap").stdout.strip(), True
+    return kafka_script("bootstrap").stdout.strip(), True
 
 
 async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -117,7 +118,7 @@ def main() -> int:
         return 0 if ok else 1
     finally:
         if started and not args.keep_kafka:
-            _kafka("down")
+            kafka_script("down")
 
 
 if __name__ == "__main__":

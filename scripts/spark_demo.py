@@ -11,51 +11,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Literal
 
 import psutil
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from demo import create_topic, ensure_cluster, kafka_script
 
-ROOT = Path(__file__).resolve().parent.parent
-KAFKA = [sys.executable, str(ROOT / "scripts" / "kafka")]
 MIB = 1 << 20
-
-
-def _kafka(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*KAFKA, *args], text=True, capture_output=True, check=False)
-
-
-def ensure_cluster(bootstrap: str | None) -> tuple[str, bool]:
-    """The bootstrap string, and whether this run started the cluster."""
-    if bootstrap:
-        return bootstrap, False
-    if _kafka("status").returncode == 0:
-        return _kafka("bootstrap").stdout.strip(), False
-    print("starting a local Kafka broker (scripts/kafka up --brokers 1) ...", flush=True)
-    started = time.monotonic()
-    if subprocess.run([*KAFKA, "up", "--brokers", "1"], check=False).returncode != 0:
-        raise SystemExit("could not start Kafka; see the log tail above")
-    print(f"Kafka is up after {time.monotonic() - started:.1f} s", flush=True)
-    return _kafka("bootstrap").stdout.strip(), True
-
-
-async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        brokers = len((await admin.describe_cluster())["brokers"])
-        await admin.create_topics(
-            [NewTopic(topic, num_partitions=partitions, replication_factor=min(3, brokers))]
-        )
-    finally:
-        await admin.close()
 
 
 async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
@@ -140,7 +106,7 @@ def main() -> int:
         return run(args, bootstrap)
     finally:
         if started and not args.keep_kafka:
-            _kafka("down")
+            kafka_script("down")
 
 
 def run(args: argparse.Namespace, bootstrap: str) -> int:

@@ -20,9 +20,12 @@ import resource
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from benchlib.spec import MIB, Spec, payload
+
+if TYPE_CHECKING:
+    from aioaccum import Producer
 
 
 def rss_mib() -> float:
@@ -178,10 +181,12 @@ async def count_failed(futures: list[asyncio.Future[Any]], rec: Recorder) -> Non
     rec.errors += sum(1 for r in results if isinstance(r, BaseException))
 
 
-async def run_aioaccum(spec: Spec, rec: Recorder) -> None:
+def aioaccum_producer(spec: Spec) -> Producer:
+    """An aioaccum Producer with the workload's settings (imported here: children load one
+    client each)."""
     from aioaccum import Producer
 
-    producer = Producer(
+    return Producer(
         spec.bootstrap,
         acks=spec.acks_int,
         batch_size=spec.batch_size,
@@ -191,6 +196,10 @@ async def run_aioaccum(spec: Spec, rec: Recorder) -> None:
         enable_idempotence=spec.idempotence,
         client_id=spec.client_id,
     )
+
+
+async def run_aioaccum(spec: Spec, rec: Recorder) -> None:
+    producer = aioaccum_producer(spec)
     await producer.start()
     await producer.partitions_for(spec.topic)
     topic, send = spec.topic, producer.send
@@ -219,18 +228,7 @@ async def run_aioaccum_bulk(spec: Spec, rec: Recorder) -> None:
     per-record futures, so a ``send_batch`` of either shape also fits. The latency probe rides
     on each chunk's last future.
     """
-    from aioaccum import Producer
-
-    producer = Producer(
-        spec.bootstrap,
-        acks=spec.acks_int,
-        batch_size=spec.batch_size,
-        linger_ms=spec.linger_ms,
-        buffer_memory=spec.buffer_memory,
-        compression_type=spec.compression,
-        enable_idempotence=spec.idempotence,
-        client_id=spec.client_id,
-    )
+    producer = aioaccum_producer(spec)
     method_name = bulk_method(producer)
     if method_name is None:
         raise SystemExit("this aioaccum has no bulk send method")

@@ -22,12 +22,13 @@ from pyspark.sql import functions as F
 from aioaccum._core.partitioner import default_partition
 from aioaccum.spark import ROW_JSON, SparkWriteError, WriteReport, write_dataframe
 
+from .test_producer import consume_all
+
 if TYPE_CHECKING:
     from conftest import TopicFactory
 
 pytestmark = pytest.mark.kafka
 
-CONSUME_TIMEOUT_S = 60.0
 Record: TypeAlias = "ConsumerRecord[bytes, bytes]"
 
 
@@ -58,35 +59,6 @@ def spark() -> Iterator[SparkSession]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-async def consume_all(bootstrap: str, topic: str, expected: int) -> dict[int, list[Record]]:
-    """Every record of ``topic`` by partition, reading until ``expected`` arrived (and a bit)."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        parts = sorted(consumer.partitions_for_topic(topic) or ())
-        if not parts:
-            await consumer._client.force_metadata_update()
-            parts = sorted(consumer.partitions_for_topic(topic) or ())
-        tps = [TopicPartition(topic, p) for p in parts]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        out: dict[int, list[Record]] = {p: [] for p in parts}
-        got = 0
-        deadline = time.monotonic() + CONSUME_TIMEOUT_S
-        while got < expected and time.monotonic() < deadline:
-            for tp, records in (await consumer.getmany(timeout_ms=500)).items():
-                out[tp.partition].extend(records)
-                got += len(records)
-        # One more short poll: anything beyond `expected` would be a duplicate.
-        for tp, records in (await consumer.getmany(timeout_ms=300)).items():
-            out[tp.partition].extend(records)
-        return out
-    finally:
-        await consumer.stop()
 
 
 async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
