@@ -1,6 +1,7 @@
 """aioaccum: an asyncio-native Kafka producer with Java-grade batching and memory control."""
 
-from aioaccum._core.batch import RecordMetadata
+from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
+from aioaccum._wait import wait_all
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
     AioAccumError,
@@ -27,6 +28,7 @@ __all__ = [
     "BufferPool",
     "ConfigError",
     "DeliveryTimeoutError",
+    "FutureRecordMetadata",
     "PoolStats",
     "Producer",
     "ProducerClosedError",
@@ -36,4 +38,5 @@ __all__ = [
     "RecordTooLargeError",
     "SerializationError",
     "__version__",
+    "wait_all",
 ]

@@ -3,9 +3,10 @@
 A call's records land in one or more batches, possibly of several partitions, which the broker
 acknowledges in any order. Each batch reports its share once, as a run of consecutive records
 (:meth:`ManyResult.settle_run`); a record that took the per-record path (the first of a new
-batch) reports through a :class:`_Slot`. Once every accepted record has an outcome, one future
-gets the metadata in input order, or the first error. The metadata is built then, in one pass,
-not record by record as acknowledgements arrive.
+batch, or a keyed record) reports through a :class:`_Slot`, a done-callback on its record
+future. Once every accepted record has an outcome, one future gets the metadata in input order,
+or the first error. The metadata is built then, in one pass, not record by record as
+acknowledgements arrive.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from aioaccum._core.batch import RecordMetadata, ResultSink
+from aioaccum._core.batch import FutureRecordMetadata, RecordMetadata
 from aioaccum._core.cluster import TopicPartition
 
 __all__ = ["ManyResult"]
@@ -66,7 +67,7 @@ class ManyResult:
             self._error = error
         self._settle(count)
 
-    def sink_for(self, index: int) -> ResultSink:
+    def sink_for(self, index: int) -> _Slot:
         return _Slot(self, index)
 
     # --- the producer's side
@@ -113,26 +114,20 @@ class ManyResult:
 
 
 class _Slot:
-    """One record's result sink (the ``ResultSink`` protocol), for the per-record path."""
+    """Reports one record that took the per-record path: a done-callback on its future."""
 
-    __slots__ = ("_done", "_index", "_owner")
+    __slots__ = ("_index", "_owner")
 
     def __init__(self, owner: ManyResult, index: int) -> None:
         self._owner = owner
         self._index = index
-        self._done = False
 
-    def done(self) -> bool:
-        return self._done
-
-    def set_result(self, result: RecordMetadata, /) -> None:
-        self._done = True
-        self._owner._singles.append((self._index, result))
-        self._owner._settle(1)
-
-    def set_exception(self, exception: BaseException, /) -> None:
-        self._done = True
+    def __call__(self, future: FutureRecordMetadata) -> None:
         owner = self._owner
-        if owner._error is None:
-            owner._error = exception
+        error = future.exception()  # the record's own future is never cancelled
+        if error is not None:
+            if owner._error is None:
+                owner._error = error
+        else:
+            owner._singles.append((self._index, future.result()))
         owner._settle(1)

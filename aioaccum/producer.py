@@ -15,12 +15,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from aioaccum._core.accumulator import AppendResult, RecordAccumulator
-from aioaccum._core.batch import RecordMetadata, ResultSink
-from aioaccum._core.cluster import TopicPartition
+from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
+from aioaccum._core.batch import FutureRecordMetadata, RecordMetadata
 from aioaccum._core.codecs import CompressionType
 from aioaccum._core.idempotence import TransactionManager
-from aioaccum._core.partitioner import BuiltInPartitioner, default_partition
+from aioaccum._core.partitioner import BuiltInPartitioner
 from aioaccum._core.records import (
     MAX_RECORD_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
@@ -31,7 +30,6 @@ from aioaccum._many import ManyResult
 from aioaccum._validate import (
     as_bytes,
     checked_column,
-    total_len,
     validate_headers,
     validate_topic,
 )
@@ -45,13 +43,12 @@ from aioaccum.metrics import ProducerMetrics
 from aioaccum.pool import BufferPool
 from aioaccum.sender import Sender
 
-__all__ = ["Producer", "RecordMetadata"]
+__all__ = ["FutureRecordMetadata", "Producer", "RecordMetadata"]
 
 log = logging.getLogger(__name__)
 
 _NO_HEADERS: list[tuple[str, bytes | None]] = []
 _RECORD_BOUND = RECORD_BATCH_OVERHEAD + MAX_RECORD_OVERHEAD + 10
-_NOTHING_APPENDED = AppendResult(batch_is_full=False, new_batch_created=False)
 _MAX_TIMESTAMP = 2**63 - 1  # the batch header's int64
 # Set in the context of the sender task (and the tasks it starts) to the producer it serves.
 _SENDER_OF: contextvars.ContextVar[Producer | None] = contextvars.ContextVar(
@@ -92,7 +89,6 @@ class Producer:
         self._closed = False
         self._started = False
         self._max_record_size = min(config.max_request_size, config.buffer_memory)
-        self._tp_cache: dict[str, list[TopicPartition]] = {}
         self._sticky = config.partitioner is None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Read once per record: kept as plain attributes, away from the config's lookups.
@@ -100,9 +96,8 @@ class Producer:
         self._key_serializer = config.key_serializer
         self._value_serializer = config.value_serializer
         self._ignore_keys = config.partitioner_ignore_keys
-        self._adaptive = config.partitioner_adaptive_partitioning_enable
         self._max_block_ms: float = config.max_block_ms
-        self._yield_due = False
+        self._batches_seen = 0
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
@@ -136,6 +131,10 @@ class Producer:
             compression=CompressionType.from_name(cfg.compression_type),
             compression_level=cfg.compression_level,
             transaction_manager=txn,
+            partitioner=self._partitioner,
+            custom_partitioner=cfg.partitioner,
+            ignore_keys=cfg.partitioner_ignore_keys,
+            loop=self._loop,
         )
         self._sender = Sender(
             self._acc,
@@ -151,6 +150,7 @@ class Producer:
             transaction_manager=txn,
             metrics=self._metrics,
         )
+        self._acc.set_wakeup(self._sender.wakeup)
         # The sender's tasks, and every task they start, carry this producer in their context.
         context = contextvars.copy_context()
         context.run(_SENDER_OF.set, self)
@@ -242,7 +242,7 @@ class Producer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> FutureRecordMetadata:
         """Buffer one record; return a future of its metadata.
 
         Waits (up to ``max_block_ms``) only for the topic's metadata and for buffer memory.
@@ -265,19 +265,23 @@ class Producer:
             BufferExhaustedError: No buffer memory freed within ``max_block_ms``.
             ProducerTimeoutError: The topic's metadata did not arrive within ``max_block_ms``.
         """
-        if self._yield_due:
+        parts = self._parts
+        if parts is None or self._closed or parts[2].fatal_error is not None:
+            parts = self._running_parts()
+        acc = parts[1]
+        if acc.batches_created != self._batches_seen:
             # A caller that never has to wait for memory never suspends, and the sender would
             # not run until the pool is full. Yielding once per new batch lets it ship the
             # batches that filled meanwhile, at a cost shared by a batch's worth of records.
             # The yield comes before the next append, not after the one that opened the batch:
             # a send() cancelled here has buffered nothing, so a send() that raises never
             # delivers and one that returns always does.
-            self._yield_due = False
+            self._batches_seen = acc.batches_created
             await asyncio.sleep(0)
-        parts = self._parts
-        if parts is None or self._closed or parts[2].fatal_error is not None:
-            parts = self._running_parts()
-        kafka, acc, sender = parts
+            parts = self._parts
+            if parts is None or self._closed or parts[2].fatal_error is not None:
+                parts = self._running_parts()
+        kafka, acc, _ = parts
         if self._key_serializer is not None:
             key = self._key_serializer(key)
         if self._value_serializer is not None:
@@ -307,43 +311,72 @@ class Producer:
         max_block_ms: float = self._max_block_ms
         if not partitions:
             partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
-        sticky = partition is None and self._sticky and (key is None or self._ignore_keys)
-        if sticky:
-            chosen = self._partitioner.partition(topic, kafka)
-        else:
-            chosen = self._partition(topic, partition, key, value, partitions, kafka)
-        tps = self._tp_cache.get(topic)
-        if tps is None or len(tps) < len(partitions):
-            tps = self._cache_partitions(topic, len(partitions))
-        tp = tps[chosen]
-
         loop = self._loop
         assert loop is not None  # set by start(), which made _parts
-        future: asyncio.Future[RecordMetadata] = loop.create_future()
-        # Most records fit the open batch: a plain call, no coroutine, no suspension.
-        result = acc.try_append(tp, timestamp_ms, key, value, header_list, future)
-        if result is None:
-            result = await acc.append_to_new_batch(
-                tp, timestamp_ms, key, value, header_list, future, loop.time(), max_block_ms
+        # Most records fit the open batch or a free pooled buffer: a plain call, no suspension.
+        appended = acc.append(
+            topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
+            loop.time(),
+        )
+        if type(appended) is BufferRequest:
+            appended = await self._append_after_wait(
+                acc, appended, max_block_ms,
+                topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
             )
-        if (
-            sticky
-            and self._partitioner.update_partition_info(
-                topic, chosen, size - RECORD_BATCH_OVERHEAD, result.batch_is_full
+        return appended  # type: ignore[return-value]  # a BufferRequest never comes back twice
+
+    async def _append_after_wait(
+        self,
+        acc: RecordAccumulator,
+        request: BufferRequest,
+        max_block_ms: float,
+        topic: str,
+        partition: int | None,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        size: int,
+        partitions: Sequence[int],
+        kafka: KafkaAdapter,
+    ) -> FutureRecordMetadata:
+        """Wait for the buffer the append asked for, then append with it (nothing in between
+        can suspend, so a cancelled wait has appended nothing and a granted buffer is used)."""
+        pool = self._pool
+        loop = self._loop
+        assert pool is not None
+        assert loop is not None
+        buffer = await pool.allocate(request.size, max_block_ms)
+        appended = acc.append(
+            topic, partition, timestamp_ms, key, value, headers, size, partitions, kafka,
+            loop.time(), granted=(request, buffer),
+        )
+        assert not isinstance(appended, BufferRequest)
+        return appended
+
+    @staticmethod
+    def _checked_many_headers(
+        shared: Sequence[tuple[str, bytes | None]] | None,
+        each: Iterable[Sequence[tuple[str, bytes | None]] | None] | None,
+        count: int,
+    ) -> list[list[tuple[str, bytes | None]]] | None:
+        """One checked header list per record, or ``None`` when no record has headers."""
+        common = validate_headers(shared) if shared else []
+        if each is None:
+            return None if not common else [common] * count
+        lists = list(each)
+        if len(lists) != count:
+            raise ConfigError(
+                f"send_many got {len(lists)} record_headers for {count} values; pass one "
+                "entry (None or a list of pairs) per value"
             )
-            and self._adaptive
-        ):
-            # Once per sticky switch, feed the adaptive draw the current queue lengths.
-            self._partitioner.update_partition_load_stats(topic, acc.partition_queue_sizes(topic))
-        if result.new_batch_created:
-            sender.wakeup()
-            self._yield_due = True
-        elif result.batch_is_full:
-            sender.wakeup()
-        return future
+        return [common + validate_headers(h) if h else common for h in lists]
 
     def _check_many_sizes(
-        self, keys: list[bytes | None] | None, values: list[bytes | None]
+        self,
+        keys: list[bytes | None] | None,
+        values: list[bytes | None],
+        header_lists: list[list[tuple[str, bytes | None]]] | None,
     ) -> None:
         def length(item: bytes | None) -> int:
             return 0 if item is None else len(item)
@@ -351,11 +384,15 @@ class Producer:
         lengths = [length(v) for v in values]
         if keys is not None:
             lengths = [n + length(k) for n, k in zip(lengths, keys, strict=True)]
-        if not lengths or max(lengths) + _RECORD_BOUND <= self._max_record_size:
+        if (
+            header_lists is None
+            and (not lengths or max(lengths) + _RECORD_BOUND <= self._max_record_size)
+        ):
             return
         for i, value in enumerate(values):
             key = None if keys is None else keys[i]
-            size = estimate_size_in_bytes_upper_bound(key, value, _NO_HEADERS)
+            headers = _NO_HEADERS if header_lists is None else header_lists[i]
+            size = estimate_size_in_bytes_upper_bound(key, value, headers)
             if size > self._max_record_size:
                 self._raise_too_large(size)
 
@@ -367,10 +404,6 @@ class Producer:
         start = time.monotonic()
         partitions = await kafka.wait_for_topic(topic, self._max_block_ms / 1000)
         return partitions, max(self._max_block_ms - (time.monotonic() - start) * 1000, 0.0)
-
-    def _cache_partitions(self, topic: str, count: int) -> list[TopicPartition]:
-        tps = self._tp_cache[topic] = [TopicPartition(topic, p) for p in range(count)]
-        return tps
 
     def _raise_too_large(self, size: int) -> None:
         cfg = self._config
@@ -385,41 +418,6 @@ class Producer:
             f"{cfg.buffer_memory}; raise buffer_memory"
         )
 
-    def _partition(
-        self,
-        topic: str,
-        partition: int | None,
-        key: bytes | None,
-        value: bytes | None,
-        partitions: Sequence[int],
-        kafka: KafkaAdapter,
-    ) -> int:
-        cfg = self._config
-        if partition is not None:
-            if (
-                isinstance(partition, bool)
-                or not isinstance(partition, int)
-                or partition not in partitions
-            ):
-                raise ConfigError(
-                    f"partition {partition!r} is not a partition of topic {topic!r}, "
-                    f"which has partitions 0..{len(partitions) - 1}"
-                )
-            return partition
-        if cfg.partitioner is not None:
-            chosen = cfg.partitioner(
-                topic, key, value, partitions, kafka.available_partitions_for_topic(topic)
-            )
-            if chosen not in partitions:
-                raise ConfigError(
-                    f"the custom partitioner returned {chosen!r} for topic {topic!r}, "
-                    f"which has partitions 0..{len(partitions) - 1}"
-                )
-            return int(chosen)
-        if key is not None and not cfg.partitioner_ignore_keys:
-            return default_partition(key, len(partitions))
-        return self._partitioner.partition(topic, kafka)
-
     async def send_many(
         self,
         topic: str,
@@ -428,6 +426,8 @@ class Producer:
         keys: Iterable[Any] | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+        record_headers: Iterable[Sequence[tuple[str, bytes | None]] | None] | None = None,
     ) -> asyncio.Future[list[RecordMetadata]]:
         """Buffer many records for one topic; return one future of all their metadata.
 
@@ -441,6 +441,9 @@ class Producer:
             keys: Keys, as many as values; ``None`` sends every record without a key.
             partition: Send every record to this partition instead of partitioning.
             timestamp_ms: One create time for every record; default now.
+            headers: Headers every record carries, as ``(str, bytes)`` pairs.
+            record_headers: Headers per record, as many entries as values (``None`` or a
+                sequence of pairs each); they follow ``headers`` if both are given.
 
         Returns:
             A future of the records' :class:`RecordMetadata` in input order, set once every
@@ -474,7 +477,7 @@ class Producer:
         parts = self._parts
         if parts is None or self._closed or parts[2].fatal_error is not None:
             parts = self._running_parts()
-        kafka, acc, sender = parts
+        kafka, acc, _ = parts
         loop = self._loop
         assert loop is not None  # set by start(), which made _parts
         # Every record is checked before the first is accepted: a bad one refuses the call whole.
@@ -482,96 +485,60 @@ class Producer:
             None if key_list is None else checked_column("key", key_list, self._key_serializer)
         )
         value_array = checked_column("value", value_list, self._value_serializer)
-        self._check_many_sizes(key_array, value_array)
-        future: asyncio.Future[list[RecordMetadata]] = loop.create_future()
-        outcome = ManyResult(future, timestamp_ms, key_array, value_array)
+        header_lists = self._checked_many_headers(headers, record_headers, count)
+        self._check_many_sizes(key_array, value_array, header_lists)
+        future_all: asyncio.Future[list[RecordMetadata]] = loop.create_future()
+        outcome = ManyResult(future_all, timestamp_ms, key_array, value_array)
         if not count:
             outcome.seal(0)
-            return future
+            return future_all
 
         partitions = kafka.partitions_for_topic(topic)
         max_block_ms: float = self._max_block_ms
         if not partitions:
             partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
-        tps = self._tp_cache.get(topic)
-        if tps is None or len(tps) < len(partitions):
-            tps = self._cache_partitions(topic, len(partitions))
-
-        partitioner = self._partitioner
-        fixed = None
-        if partition is not None:
-            fixed = self._partition(topic, partition, None, None, partitions, kafka)
-        keyless = fixed is None and self._sticky and (key_array is None or self._ignore_keys)
-        per_record = fixed is None and not keyless
-        overhead = _RECORD_BOUND - RECORD_BATCH_OVERHEAD
+        # Records that share a partition choice (an explicit partition, or the sticky one) go
+        # in a batch at a time; others, and the first record of each new batch, one by one.
+        bulk = header_lists is None and (
+            partition is not None or (self._sticky and (key_array is None or self._ignore_keys))
+        )
+        context = contextvars.copy_context()
         accepted = 0
-        pending: ResultSink | None = None
         try:
             while accepted < count:
-                if keyless:
-                    chosen = partitioner.partition(topic, kafka)
-                elif fixed is not None:
-                    chosen = fixed
-                else:
-                    key = None if key_array is None else key_array[accepted]
-                    chosen = self._partition(
-                        topic, None, key, value_array[accepted], partitions, kafka
+                if bulk:
+                    appended = acc.append_run(
+                        topic, partition, timestamp_ms, key_array, value_array, accepted,
+                        outcome, partitions, kafka,
                     )
-                tp = tps[chosen]
-                if per_record:
-                    pending = outcome.sink_for(accepted)
-                    single = acc.try_append(
-                        tp,
-                        timestamp_ms,
-                        None if key_array is None else key_array[accepted],
-                        value_array[accepted],
-                        _NO_HEADERS,
-                        pending,
-                    )
-                    appended, result = (0, _NOTHING_APPENDED) if single is None else (1, single)
                     if appended:
-                        pending = None
-                else:
-                    appended, result = acc.try_append_many(
-                        tp, timestamp_ms, key_array, value_array, accepted, outcome
+                        accepted += appended
+                        continue
+                key = None if key_array is None else key_array[accepted]
+                value = value_array[accepted]
+                headers_of = _NO_HEADERS if header_lists is None else header_lists[accepted]
+                size = (
+                    _RECORD_BOUND + (0 if key is None else len(key))
+                    + (0 if value is None else len(value))
+                    if header_lists is None
+                    else estimate_size_in_bytes_upper_bound(key, value, headers_of)
+                )
+                future = acc.append(
+                    topic, partition, timestamp_ms, key, value, headers_of, size, partitions,
+                    kafka, loop.time(),
+                )
+                if isinstance(future, BufferRequest):
+                    future = await self._append_after_wait(
+                        acc, future, max_block_ms, topic, partition, timestamp_ms, key, value,
+                        headers_of, size, partitions, kafka,
                     )
-                if not appended:
-                    if pending is None:
-                        pending = outcome.sink_for(accepted)
-                    result = await acc.append_to_new_batch(
-                        tp,
-                        timestamp_ms,
-                        None if key_array is None else key_array[accepted],
-                        value_array[accepted],
-                        _NO_HEADERS,
-                        pending,
-                        loop.time(),
-                        max_block_ms,
-                    )
-                    pending = None
-                    appended = 1
-                first, accepted = accepted, accepted + appended
-                if keyless:
-                    size = appended * overhead + total_len(value_array, first, accepted)
-                    if key_array is not None:
-                        size += total_len(key_array, first, accepted)
-                    if (
-                        partitioner.update_partition_info(
-                            topic, chosen, size, result.batch_is_full
-                        )
-                        and self._adaptive
-                    ):
-                        partitioner.update_partition_load_stats(
-                            topic, acc.partition_queue_sizes(topic)
-                        )
-                if result.new_batch_created:
-                    sender.wakeup()
+                future.add_done_callback(outcome.sink_for(accepted), context=context)
+                accepted += 1
+                if acc.batches_created != self._batches_seen:
+                    self._batches_seen = acc.batches_created
                     await asyncio.sleep(0)  # as in send(): let the sender ship full batches
-                elif result.batch_is_full:
-                    sender.wakeup()
         except BaseException as exc:
-            # A slot taken for the refused record (pending) was never given to a batch, and
-            # seal() counts only the accepted ones.
+            # seal() counts only the accepted records: the refused one never reached a batch.
             outcome.seal(accepted)
             if accepted:  # cancellation too: what went in stays in
                 exc.add_note(
@@ -580,7 +547,7 @@ class Producer:
                 )
             raise
         outcome.seal(count)
-        return future
+        return future_all
 
     async def send_and_wait(
         self,

@@ -24,21 +24,35 @@ pool only through :meth:`deallocate`, which the sender calls once no request can
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from aioaccum._core.batch import ProducerBatch, ResultSink, RunSink
+from aioaccum._core.batch import FutureRecordMetadata, ProducerBatch, RunSink
 from aioaccum._core.cluster import ClusterView, TopicPartition
 from aioaccum._core.codecs import CompressionRatioEstimator, CompressionType
+from aioaccum._core.futures import CallbackLoop
 from aioaccum._core.idempotence import TransactionManager
-from aioaccum._core.records import MemoryRecordsBuilder, estimate_size_in_bytes_upper_bound
+from aioaccum._core.partitioner import (
+    BuiltInPartitioner,
+    Partitioner,
+    checked_partition,
+    custom_partition,
+    murmur2,
+    to_positive,
+)
+from aioaccum._core.records import (
+    MAX_RECORD_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    MemoryRecordsBuilder,
+    estimate_size_in_bytes_upper_bound,
+)
 from aioaccum.errors import ProducerClosedError
 
 if TYPE_CHECKING:
     from aioaccum._core.records import Header
 
-__all__ = ["AppendResult", "BufferSupplier", "ReadyCheck", "RecordAccumulator"]
+__all__ = ["BufferRequest", "BufferSupplier", "ReadyCheck", "RecordAccumulator"]
 
 
 class BufferSupplier(Protocol):
@@ -65,19 +79,29 @@ class ReadyCheck:
     unknown_leader_topics: frozenset[str]
 
 
-class AppendResult(NamedTuple):
-    """Tells the producer whether to wake the sender."""
+@dataclass(frozen=True, slots=True)
+class BufferRequest:
+    """What :meth:`RecordAccumulator.append` answers when the record needs a new batch and the
+    pool has no buffer to give at once (Java's ``abortForNewBatch``): wait for ``size`` bytes,
+    then call ``append`` again with this request and the buffer."""
 
-    batch_is_full: bool
-    new_batch_created: bool
+    partition: int
+    size: int
+    sticky: bool
 
 
-# Four possible answers, made once: append runs per record.
 _CLOCK_TOLERANCE = 1e-6  # seconds
-_APPENDED = AppendResult(False, False)
-_APPENDED_FULL = AppendResult(True, False)
-_NEW_BATCH = AppendResult(False, True)
-_NEW_BATCH_FULL = AppendResult(True, True)
+# Per record of a bulk run, what counts towards stickiness besides key and value: the bound
+# send() uses (two 5-byte length varints on top of the record overhead).
+_RECORD_OVERHEAD_BOUND = MAX_RECORD_OVERHEAD + 10
+
+
+def _nothing() -> None:
+    pass
+
+
+def total_len(items: Sequence[bytes | None], start: int, stop: int) -> int:
+    return sum(0 if item is None else len(item) for item in items[start:stop])
 
 
 class RecordAccumulator:
@@ -90,6 +114,12 @@ class RecordAccumulator:
         delivery_timeout: How long a record may take from append to acknowledgement, in seconds.
         compression: Codec applied to each closed batch.
         compression_level: Codec level, or None for the codec's default.
+        partitioner: The sticky partitioner for keyless records (one per producer).
+        custom_partitioner: A user's partitioner, consulted for every record without an explicit
+            partition.
+        ignore_keys: Keyed records too go to the sticky partitioner (``partitioner.ignore.keys``).
+        loop: Where record futures report their outcome (``call_soon``); the accumulator only
+            hands it to each batch. ``None`` runs callbacks inline (loop-free tests).
     """
 
     def __init__(
@@ -102,8 +132,21 @@ class RecordAccumulator:
         compression: CompressionType = CompressionType.NONE,
         compression_level: int | None = None,
         transaction_manager: TransactionManager | None = None,
+        partitioner: BuiltInPartitioner | None = None,
+        custom_partitioner: Partitioner | None = None,
+        ignore_keys: bool = False,
+        loop: CallbackLoop | None = None,
     ) -> None:
         self._pool = pool
+        self._partitioner = partitioner or BuiltInPartitioner(batch_size)
+        self._adaptive = self._partitioner.adaptive
+        self._custom = custom_partitioner
+        self._ignore_keys = ignore_keys
+        self._loop = loop
+        self._wakeup: Callable[[], None] = _nothing
+        self._tps: dict[str, list[TopicPartition]] = {}
+        self.batches_created = 0
+        """New batches opened so far: the producer yields to the sender once per new batch."""
         self._txn = transaction_manager
         self._batch_size = batch_size
         self._linger = linger
@@ -120,132 +163,166 @@ class RecordAccumulator:
 
     # --- appending
 
-    def try_append(
+    def append(
         self,
-        tp: TopicPartition,
+        topic: str,
+        partition: int | None,
         timestamp: int,
         key: bytes | None,
         value: bytes | None,
         headers: Sequence[Header],
-        sink: ResultSink | None,
-    ) -> AppendResult | None:
-        """Add one record to the partition's open batch, if it has one with room (Kafka's
-        ``tryAppend``). Synchronous: most records take only this path.
+        record_size: int,
+        partitions: Sequence[int],
+        cluster: ClusterView,
+        now: float,
+        granted: tuple[BufferRequest, bytearray] | None = None,
+    ) -> FutureRecordMetadata | BufferRequest:
+        """Choose the record's partition and append it (Kafka's ``RecordAccumulator.append``
+        with the built-in partitioner inside). Synchronous: it never waits.
+
+        The record goes into the partition's open batch; failing that into a new batch in a
+        buffer the pool gives at once. When the pool has none, nothing is appended and a
+        :class:`BufferRequest` comes back: wait for the pool, then call again with
+        ``granted=(request, buffer)``.
+
+        Args:
+            topic: The record's topic; ``partitions`` are its partitions (known, non-empty).
+            partition: A partition chosen by the caller, or ``None`` to partition here.
+            record_size: An upper bound of the record's size (it counts towards stickiness).
+            cluster: Leaders and available partitions, for the custom and sticky partitioners.
+            now: The caller's clock, in seconds.
+            granted: The earlier request and the buffer the pool gave for it.
 
         Returns:
-            What the sender needs to know, or ``None`` when the record needs a new batch: then
-            call :meth:`append_to_new_batch`.
+            The record's future, or the buffer request.
 
         Raises:
-            ProducerClosedError: The accumulator was closed.
+            ProducerClosedError: The accumulator was closed (a granted buffer is returned).
+            ConfigError: The explicit or custom partition is not one of ``partitions``.
         """
         if self._closed:
+            if granted is not None:
+                self._pool.deallocate(granted[1], granted[0].size)
             raise ProducerClosedError("cannot append: the producer is closed")
+        if granted is not None:
+            chosen = granted[0].partition
+            sticky = granted[0].sticky
+        elif partition is not None:
+            chosen = checked_partition(topic, partition, partitions)
+            sticky = False
+        elif self._custom is not None:
+            chosen = custom_partition(self._custom, topic, key, value, partitions, cluster)
+            sticky = False
+        elif key is not None and not self._ignore_keys:
+            chosen = to_positive(murmur2(key)) % len(partitions)
+            sticky = False
+        else:
+            chosen = self._partitioner.partition(topic, cluster)
+            sticky = True
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) <= chosen:
+            tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(len(partitions))]
+        tp = tps[chosen]
         dq = self._batches.get(tp)
+        future = None
         if dq:
             last = dq[-1]
-            if last.try_append(timestamp, key, value, headers, sink):
-                return _APPENDED_FULL if len(dq) > 1 or last.builder.is_full else _APPENDED
-        return None
+            future = last.try_append(timestamp, key, value, headers)
+        if future is not None and dq:
+            full = len(dq) > 1 or last.builder.is_full
+            if granted is not None:
+                # Another task opened a batch while this one waited for memory.
+                self._pool.deallocate(granted[1], granted[0].size)
+        else:
+            if granted is not None:
+                buffer = granted[1]
+            else:
+                size = max(
+                    self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers)
+                )
+                got = self._pool.allocate_nowait(size)
+                if got is None:
+                    return BufferRequest(chosen, size, sticky)
+                buffer = got
+            if dq is None:
+                dq = self._batches[tp] = collections.deque()
+            batch = self._new_batch(tp, buffer, now)
+            future = batch.try_append(timestamp, key, value, headers)
+            assert future is not None, "the first record of a batch always fits"
+            dq.append(batch)
+            self._incomplete.add(batch)
+            full = len(dq) > 1 or batch.builder.is_full
+            self.batches_created += 1
+            self._wakeup()
+        if full:
+            self._wakeup()
+        if sticky:
+            self._sticky_appended(topic, chosen, record_size - RECORD_BATCH_OVERHEAD, full)
+        return future
 
-    def try_append_many(
+    def _sticky_appended(self, topic: str, partition: int, size: int, full: bool) -> None:
+        if self._partitioner.update_partition_info(topic, partition, size, full) and self._adaptive:
+            # Once per sticky switch, feed the adaptive draw the current queue lengths.
+            self._partitioner.update_partition_load_stats(
+                topic, self.partition_queue_sizes(topic)
+            )
+
+    def append_run(
         self,
-        tp: TopicPartition,
+        topic: str,
+        partition: int | None,
         timestamp: int,
         keys: Sequence[bytes | None] | None,
         values: Sequence[bytes | None],
         start: int,
         run: RunSink,
-    ) -> tuple[int, AppendResult]:
-        """Append ``values[start:]`` to the partition's open batch until it is full.
+        partitions: Sequence[int],
+        cluster: ClusterView,
+    ) -> int:
+        """The bulk form of :meth:`append` for records that share a partition choice (a fixed
+        partition, or keyless/ignored keys on the sticky partitioner): append ``values[start:]``
+        to the chosen partition's open batch until it is full, one outcome per batch for
+        ``run``.
 
         Returns:
-            How many records went in (0 when a new batch is needed: then append the next one
-            with :meth:`append_to_new_batch`), and what the sender needs to know.
+            How many records went in; 0 when the next one needs a new batch (append it alone
+            with :meth:`append`, then call this again).
 
         Raises:
             ProducerClosedError: The accumulator was closed.
+            ConfigError: ``partition`` is not one of ``partitions``.
         """
         if self._closed:
             raise ProducerClosedError("cannot append: the producer is closed")
-        dq = self._batches.get(tp)
-        if dq:
-            last = dq[-1]
-            appended = last.try_append_many(timestamp, keys, values, start, run)
-            if appended:
-                full = len(dq) > 1 or last.builder.is_full
-                return appended, _APPENDED_FULL if full else _APPENDED
-        return 0, _APPENDED
+        if partition is not None:
+            chosen = checked_partition(topic, partition, partitions)
+            sticky = False
+        else:
+            chosen = self._partitioner.partition(topic, cluster)
+            sticky = True
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) <= chosen:
+            tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(len(partitions))]
+        dq = self._batches.get(tps[chosen])
+        if not dq:
+            return 0
+        last = dq[-1]
+        appended = last.try_append_many(timestamp, keys, values, start, run)
+        if not appended:
+            return 0
+        full = len(dq) > 1 or last.builder.is_full
+        if full:
+            self._wakeup()
+        if sticky:
+            size = appended * _RECORD_OVERHEAD_BOUND + total_len(values, start, start + appended)
+            if keys is not None:
+                size += total_len(keys, start, start + appended)
+            self._sticky_appended(topic, chosen, size, full)
+        return appended
 
-    async def append(
-        self,
-        tp: TopicPartition,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[Header],
-        sink: ResultSink | None,
-        now: float,
-        max_block_ms: float,
-    ) -> AppendResult:
-        """Add one record to the partition's open batch, opening a new batch when it is full.
-
-        Waits for pool memory (up to ``max_block_ms``) only when a new batch is needed and the
-        pool has no buffer to give at once.
-
-        Raises:
-            ProducerClosedError: The accumulator was closed.
-            BufferExhaustedError: No memory became free within ``max_block_ms``.
-        """
-        result = self.try_append(tp, timestamp, key, value, headers, sink)
-        if result is not None:
-            return result
-        return await self.append_to_new_batch(
-            tp, timestamp, key, value, headers, sink, now, max_block_ms
-        )
-
-    async def append_to_new_batch(
-        self,
-        tp: TopicPartition,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[Header],
-        sink: ResultSink | None,
-        now: float,
-        max_block_ms: float,
-    ) -> AppendResult:
-        """The slow half of :meth:`append`, after :meth:`try_append` found no room.
-
-        Raises:
-            ProducerClosedError: The accumulator was closed.
-            BufferExhaustedError: No memory became free within ``max_block_ms``.
-        """
-        if self._closed:
-            raise ProducerClosedError("cannot append: the producer is closed")
-        dq = self._batches.get(tp)
-        if dq is None:
-            dq = self._batches[tp] = collections.deque()
-        size = max(self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers))
-        buffer = self._pool.allocate_nowait(size)
-        if buffer is None:
-            buffer = await self._pool.allocate(size, max_block_ms)
-            if self._closed:
-                self._pool.deallocate(buffer, size)
-                raise ProducerClosedError("cannot append: the producer closed while waiting")
-            if dq:
-                # Another task may have opened a batch while this one waited for memory.
-                last = dq[-1]
-                if last.try_append(timestamp, key, value, headers, sink):
-                    self._pool.deallocate(buffer, size)
-                    return _APPENDED_FULL if len(dq) > 1 or last.builder.is_full else _APPENDED
-
-        batch = self._new_batch(tp, buffer, now)
-        appended = batch.try_append(timestamp, key, value, headers, sink)
-        assert appended, "the first record of a batch always fits"
-        dq.append(batch)
-        self._incomplete.add(batch)
-        return _NEW_BATCH_FULL if len(dq) > 1 or batch.builder.is_full else _NEW_BATCH
+    def set_wakeup(self, wakeup: Callable[[], None]) -> None:
+        """Who to tell when a batch fills up or a new one opens (the sender)."""
+        self._wakeup = wakeup
 
     def _new_batch(
         self, tp: TopicPartition, buffer: bytearray, now: float, *, from_pool: bool = True
@@ -257,7 +334,7 @@ class RecordAccumulator:
             write_limit=self._batch_size,
             estimated_ratio=self._estimator.estimation(tp.topic, self._compression),
         )
-        return ProducerBatch(tp, builder, now, from_pool=from_pool)
+        return ProducerBatch(tp, builder, now, loop=self._loop, from_pool=from_pool)
 
     # --- deciding what to send
 
@@ -400,15 +477,18 @@ class RecordAccumulator:
             # The estimate was too optimistic: make the next batches of this topic smaller.
             self._estimator.set_estimation(big.tp.topic, big.compression, 1.0)
         parts: list[ProducerBatch] = []
-        for timestamp, key, value, headers, sink in big.split_records():
-            if parts and parts[-1].try_append(timestamp, key, value, headers, sink):
-                continue
-            size = max(self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers))
-            part = self._new_batch(big.tp, bytearray(size), big.created, from_pool=False)
-            appended = part.try_append(timestamp, key, value, headers, sink)
-            assert appended, "the first record of a batch always fits"
-            parts.append(part)
-        big.detach_sinks()
+        for timestamp, key, value, headers, future, callback in big.split_records():
+            if not parts or not _append_moved(
+                parts[-1], timestamp, key, value, headers, future, callback
+            ):
+                size = max(
+                    self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers)
+                )
+                part = self._new_batch(big.tp, bytearray(size), big.created, from_pool=False)
+                appended = _append_moved(part, timestamp, key, value, headers, future, callback)
+                assert appended, "the first record of a batch always fits"
+                parts.append(part)
+        big.detach_records()
         big.split_into = parts
         big.abort(RuntimeError("split into smaller batches"))
         self.deallocate(big)
@@ -489,3 +569,24 @@ class RecordAccumulator:
     def partition_queue_sizes(self, topic: str) -> dict[int, int]:
         """Batches queued per partition of ``topic``: the adaptive partitioner's load signal."""
         return {tp.partition: len(dq) for tp, dq in self._batches.items() if tp.topic == topic}
+
+
+def _append_moved(
+    batch: ProducerBatch,
+    timestamp: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header],
+    future: FutureRecordMetadata | None,
+    callback: Callable[[FutureRecordMetadata], object] | None,
+) -> bool:
+    """Append a record a split moved: its future follows it; a bulk run's record gets a new
+    future that reports to the run."""
+    if future is not None:
+        return batch.try_append_moved(timestamp, key, value, headers, future)
+    new = batch.try_append(timestamp, key, value, headers)
+    if new is None:
+        return False
+    if callback is not None:
+        new.add_done_callback(callback)
+    return True

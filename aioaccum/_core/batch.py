@@ -1,21 +1,28 @@
 """ProducerBatch: the records bound for one partition, and their shared outcome.
 
-A port of Kafka's ``ProducerBatch`` and ``ProduceRequestResult``. A batch wraps a
-:class:`MemoryRecordsBuilder` that writes into a buffer borrowed from the pool, keeps one small
-entry per record (its future and the sizes that go into its ``RecordMetadata``), and ends exactly
-once: succeeded, failed or aborted. The batch never creates futures and never reads the clock; the
-caller hands it both, so it stays a plain object that tests can drive synchronously.
+A port of Kafka's ``ProducerBatch``. A batch wraps a :class:`MemoryRecordsBuilder` that writes into
+a buffer borrowed from the pool, hands each appended record a :class:`FutureRecordMetadata` that
+points at the batch's one :class:`ProduceRequestResult`, and ends exactly once: succeeded, failed or
+aborted. Ending is one assignment on the shared result, whatever the number of records. The batch
+never reads the clock; the caller hands it the time and the loop its result reports on, so it
+stays a plain object that tests can drive synchronously.
 """
 
 from __future__ import annotations
 
-import copy
 import enum
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from aioaccum._core.cluster import TopicPartition
 from aioaccum._core.codecs import CompressionType
+from aioaccum._core.futures import (
+    CallbackLoop,
+    FutureRecordMetadata,
+    ProduceRequestResult,
+    RecordMetadata,
+    fresh_error,
+)
 from aioaccum._core.records import MemoryRecordsBuilder
 
 if TYPE_CHECKING:
@@ -23,42 +30,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FinalState",
+    "FutureRecordMetadata",
     "ProduceRequestResult",
     "ProducerBatch",
     "RecordMetadata",
-    "ResultSink",
+    "RunSink",
 ]
-
-
-class RecordMetadata(NamedTuple):
-    """Where the broker put a record (Kafka's ``RecordMetadata``).
-
-    ``offset`` is -1 when the broker gave none (``acks=0``); ``timestamp`` is the log-append time
-    when the topic uses it, else the record's own create time.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    serialized_key_size: int
-    serialized_value_size: int
-
-
-_new_tuple = tuple.__new__
-
-
-class ResultSink(Protocol):
-    """What a batch resolves per record: an ``asyncio.Future`` satisfies it.
-
-    The protocol keeps this module free of asyncio: the producer makes the futures.
-    """
-
-    def done(self) -> bool: ...
-
-    def set_result(self, result: RecordMetadata, /) -> None: ...
-
-    def set_exception(self, exception: BaseException, /) -> None: ...
 
 
 class RunSink(Protocol):
@@ -74,31 +51,15 @@ class RunSink(Protocol):
 
     def fail_run(self, first: int, count: int, error: BaseException) -> None: ...
 
-    def sink_for(self, index: int) -> ResultSink:
-        """A per-record sink, for when the batch is split and its records move."""
+    def sink_for(self, index: int) -> Callable[[FutureRecordMetadata], object]:
+        """A done-callback for one record, for when the batch is split and its records move."""
         ...
-
-
-# The thunk of a record that belongs to a run: its outcome goes to the run, not to a sink.
-_RUN_THUNK: tuple[int, int, int] = (-1, -1, -1)
 
 
 class FinalState(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     ABORTED = "aborted"
-
-
-class ProduceRequestResult:
-    """The outcome every record of one batch shares (Kafka's ``ProduceRequestResult``)."""
-
-    __slots__ = ("base_offset", "error", "log_append_time", "tp")
-
-    def __init__(self, tp: TopicPartition) -> None:
-        self.tp = tp
-        self.base_offset = -1
-        self.log_append_time = -1
-        self.error: BaseException | None = None
 
 
 class ProducerBatch:
@@ -109,9 +70,8 @@ class ProducerBatch:
 
     __slots__ = (
         "_final_state",
+        "_futures",
         "_runs",
-        "_sinks",
-        "_thunks",
         "attempts",
         "backoff",
         "base_sequence",
@@ -134,6 +94,7 @@ class ProducerBatch:
         builder: MemoryRecordsBuilder,
         now: float,
         *,
+        loop: CallbackLoop | None = None,
         from_pool: bool = True,
     ) -> None:
         self.tp = tp
@@ -150,13 +111,10 @@ class ProducerBatch:
         self.in_retry = False
         self.base_sequence = -1
         self.split_into: list[ProducerBatch] | None = None
-        self.result = ProduceRequestResult(tp)
-        # Per record, in parallel: its result sink, and (timestamp, key size, value size). The
-        # thunks hold only ints, so the garbage collector stops tracking them after one pass;
-        # with the future inside, each would be walked by every full collection while the
-        # caller keeps its futures (a million records: seconds of collector time).
-        self._sinks: list[ResultSink | None] = []
-        self._thunks: list[tuple[int, int, int]] = []
+        self.result = ProduceRequestResult(tp, loop)
+        # Each record's future (None for records of a bulk run): kept only so that a split can
+        # point them at the batches their records move to.
+        self._futures: list[FutureRecordMetadata | None] = []
         # (sink, first input index, offset delta of its first record, count) per bulk run.
         self._runs: list[tuple[RunSink, int, int, int]] = []
         self.closed = False
@@ -170,16 +128,43 @@ class ProducerBatch:
         key: bytes | None,
         value: bytes | None,
         headers: Sequence[Header],
-        sink: ResultSink | None,
-    ) -> bool:
-        """Append one record if it fits; the first record of a batch always does."""
-        if self.closed or self.builder.try_append(timestamp, key, value, headers) < 0:
-            return False
-        # A plain tuple: this runs once per record, and a NamedTuple costs twice as much.
-        self._sinks.append(sink)
-        self._thunks.append(
-            (timestamp, -1 if key is None else len(key), -1 if value is None else len(value))
+    ) -> FutureRecordMetadata | None:
+        """Append one record if it fits (the first record of a batch always does).
+
+        Returns:
+            The record's future, or ``None`` if the record did not fit.
+        """
+        if self.closed:
+            return None
+        delta = self.builder.try_append(timestamp, key, value, headers)
+        if delta < 0:
+            return None
+        future = FutureRecordMetadata(
+            self.result,
+            delta,
+            timestamp,
+            -1 if key is None else len(key),
+            -1 if value is None else len(value),
         )
+        self._futures.append(future)
+        return future
+
+    def try_append_moved(
+        self,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        future: FutureRecordMetadata,
+    ) -> bool:
+        """Append a record that a split took out of another batch, keeping its future."""
+        if self.closed:
+            return False
+        delta = self.builder.try_append(timestamp, key, value, headers)
+        if delta < 0:
+            return False
+        future.retarget(self.result, delta)
+        self._futures.append(future)
         return True
 
     def try_append_many(
@@ -201,9 +186,7 @@ class ProducerBatch:
         if self.closed:
             return 0
         append = self.builder.try_append
-        thunks = self._thunks
-        add = thunks.append
-        first_delta = len(thunks)
+        first_delta = self.builder.num_records
         no_headers: tuple[()] = ()
         index = start
         stop = len(values)
@@ -212,16 +195,15 @@ class ProducerBatch:
             key = None if keys is None else keys[index]
             if append(timestamp, key, values[index], no_headers) < 0:
                 break
-            add(_RUN_THUNK)
             index += 1
         if index > start:
-            self._sinks.extend([None] * (index - start))
+            self._futures.extend([None] * (index - start))
             self._runs.append((run, start, first_delta, index - start))
         return index - start
 
     @property
     def record_count(self) -> int:
-        return len(self._thunks)
+        return self.builder.num_records
 
     @property
     def is_full(self) -> bool:
@@ -277,34 +259,14 @@ class ProducerBatch:
         """Resolve every record with its offset. Returns False if the batch had already ended."""
         if not self._set_final_state(FinalState.SUCCEEDED):
             return False
-        self.result.base_offset = base_offset
-        self.result.log_append_time = log_append_time
-        topic, partition = self.tp
-        make = _new_tuple  # RecordMetadata's own __new__ is a Python function; this is not
-        md_type = RecordMetadata
-        offset = base_offset
-        step = 0 if base_offset < 0 else 1
-        for sink, (timestamp, key_size, value_size) in zip(self._sinks, self._thunks, strict=True):
-            if sink is not None and not sink.done():
-                sink.set_result(
-                    make(
-                        md_type,
-                        (
-                            topic,
-                            partition,
-                            offset,
-                            timestamp if log_append_time < 0 else log_append_time,
-                            key_size,
-                            value_size,
-                        ),
-                    )
-                )
-            offset += step
+        # One assignment for every record future; their metadata is built when read.
+        self.result.set(base_offset, log_append_time, None)
         for run, first, delta, count in self._runs:
             run.settle_run(
                 first, count, self.tp, -1 if base_offset < 0 else base_offset + delta,
                 log_append_time,
             )
+        self._futures = []
         return True
 
     def fail(self, error: BaseException) -> bool:
@@ -318,18 +280,11 @@ class ProducerBatch:
     def _finish_with_error(self, state: FinalState, error: BaseException) -> bool:
         if not self._set_final_state(state):
             return False
-        self.result.error = error
-        for sink in self._sinks:
-            if sink is not None and not sink.done():
-                # One copy per record: a traceback attached while one caller handles it must not
-                # leak into another caller's exception. The cause is kept by hand: copy drops it.
-                own = copy.copy(error)
-                own.__cause__ = error.__cause__
-                sink.set_exception(own)
+        # Each reader of a record future gets its own copy (see futures.fresh_error).
+        self.result.set(-1, -1, error)
         for run, first, _delta, count in self._runs:
-            own = copy.copy(error)
-            own.__cause__ = error.__cause__
-            run.fail_run(first, count, own)
+            run.fail_run(first, count, fresh_error(error))
+        self._futures = []
         return True
 
     def _set_final_state(self, state: FinalState) -> bool:
@@ -346,17 +301,21 @@ class ProducerBatch:
 
     # --- splitting
 
-    def split_records(self) -> Iterator[tuple[int, bytes | None, bytes | None, list[Header],
-                                              ResultSink | None]]:
-        """Yield each record with its own result sink, for re-batching after MESSAGE_TOO_LARGE."""
-        sinks = list(self._sinks)
+    def split_records(
+        self,
+    ) -> Iterator[tuple[int, bytes | None, bytes | None, list[Header], FutureRecordMetadata | None,
+                        Callable[[FutureRecordMetadata], object] | None]]:
+        """Each record with its future, or (for a bulk run's record) the callback that reports
+        it, for re-batching after MESSAGE_TOO_LARGE."""
+        futures = list(self._futures)
+        callbacks: list[Callable[[FutureRecordMetadata], object] | None] = [None] * len(futures)
         for run, first, delta, count in self._runs:
             for j in range(count):
-                sinks[delta + j] = run.sink_for(first + j)
-        for (timestamp, key, value, headers), sink in zip(
-            self.builder.iter_records(), sinks, strict=True
+                callbacks[delta + j] = run.sink_for(first + j)
+        for (timestamp, key, value, headers), future, callback in zip(
+            self.builder.iter_records(), futures, callbacks, strict=True
         ):
-            yield timestamp, key, value, list(headers), sink
+            yield timestamp, key, value, list(headers), future, callback
 
     @property
     def is_finished(self) -> bool:
@@ -365,10 +324,11 @@ class ProducerBatch:
             return False
         return self.split_into is None or all(p.is_finished for p in self.split_into)
 
-    def detach_sinks(self) -> None:
-        """Forget the record sinks once the records moved to new batches by a split."""
-        self._sinks = [None] * len(self._sinks)
+    def detach_records(self) -> None:
+        """Forget the records once a split moved them (and their callbacks) to new batches."""
+        self._futures = []
         self._runs = []
+        self.result.hand_over()
 
     @property
     def compression(self) -> CompressionType:

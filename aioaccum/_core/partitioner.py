@@ -33,11 +33,14 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeAlias
 
 from aioaccum._core.cluster import ClusterView
+from aioaccum.errors import ConfigError
 
 __all__ = [
     "BuiltInPartitioner",
     "Partitioner",
+    "checked_partition",
     "choose_partition",
+    "custom_partition",
     "default_partition",
     "murmur2",
     "to_positive",
@@ -148,34 +151,57 @@ def choose_partition(
         The partition, or ``None`` when the built-in sticky partitioner should choose.
 
     Raises:
-        ValueError: The topic's partitions are unknown, or the explicit or custom partition
-            is not one of them.
+        ValueError: The topic's partitions are unknown.
+        ConfigError: The explicit or custom partition is not one of them (a ``ValueError`` too).
     """
     partitions = cluster.partitions_for_topic(topic)
     if not partitions:
         raise ValueError(f"no partitions known for topic {topic!r}; fetch its metadata first")
     if partition is not None:
-        if not 0 <= partition < len(partitions):
-            raise ValueError(
-                f"partition {partition} of topic {topic!r} does not exist: "
-                f"valid partitions are 0..{len(partitions) - 1}"
-            )
-        return partition
+        return checked_partition(topic, partition, partitions)
     if partitioner is not None:
-        chosen = partitioner(
-            topic, key_bytes, value_bytes, partitions, cluster.available_partitions_for_topic(topic)
-        )
-        if isinstance(chosen, bool) or not isinstance(chosen, int):
-            raise ValueError(f"the custom partitioner returned {chosen!r}, not an int")
-        if not 0 <= chosen < len(partitions):
-            raise ValueError(
-                f"the custom partitioner returned partition {chosen} for topic {topic!r}, "
-                f"which has partitions 0..{len(partitions) - 1}"
-            )
-        return chosen
+        return custom_partition(partitioner, topic, key_bytes, value_bytes, partitions, cluster)
     if key_bytes is not None and not ignore_keys:
         return to_positive(murmur2(key_bytes)) % len(partitions)
     return None
+
+
+def custom_partition(
+    partitioner: Partitioner,
+    topic: str,
+    key_bytes: bytes | None,
+    value_bytes: bytes | None,
+    partitions: Sequence[int],
+    cluster: ClusterView,
+) -> int:
+    """Ask a user's partitioner, and check that its answer is one of the topic's partitions.
+
+    Raises:
+        ConfigError: The answer is not an int (bools included) or not a partition of ``topic``.
+    """
+    chosen = partitioner(
+        topic, key_bytes, value_bytes, partitions, cluster.available_partitions_for_topic(topic)
+    )
+    if isinstance(chosen, bool) or not isinstance(chosen, int) or chosen not in partitions:
+        raise ConfigError(
+            f"the custom partitioner returned {chosen!r} for topic {topic!r}, "
+            f"which has partitions 0..{len(partitions) - 1}"
+        )
+    return chosen
+
+
+def checked_partition(topic: str, partition: object, partitions: Sequence[int]) -> int:
+    """``partition`` if it is one of the topic's partitions, else a ConfigError saying which are.
+
+    Raises:
+        ConfigError: ``partition`` is not an int (bools included) or not a partition of ``topic``.
+    """
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition not in partitions:
+        raise ConfigError(
+            f"partition {partition!r} is not a partition of topic {topic!r}, "
+            f"which has partitions 0..{len(partitions) - 1}"
+        )
+    return partition
 
 
 class _TopicState:
@@ -216,6 +242,10 @@ class BuiltInPartitioner:
         self._adaptive = adaptive
         self._rng = rng if rng is not None else random.Random()
         self._topics: dict[str, _TopicState] = {}
+
+    @property
+    def adaptive(self) -> bool:
+        return self._adaptive
 
     @property
     def sticky_batch_size(self) -> int:

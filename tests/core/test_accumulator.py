@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
-from aioaccum._core.accumulator import RecordAccumulator
-from aioaccum._core.batch import FinalState, ProducerBatch, RecordMetadata
+from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
+from aioaccum._core.batch import FinalState, FutureRecordMetadata, ProducerBatch, RecordMetadata
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.idempotence import TransactionManager
+from aioaccum._core.records import estimate_size_in_bytes_upper_bound
 from aioaccum.errors import ProducerClosedError
 from aioaccum.pool import BufferPool
 
@@ -21,20 +22,22 @@ TP2 = TopicPartition("t", 2)
 
 
 class Sink:
-    """A result holder standing in for the producer's futures."""
+    """A record's future, read the way these tests check outcomes."""
 
-    def __init__(self) -> None:
-        self.result: RecordMetadata | None = None
-        self.error: BaseException | None = None
+    def __init__(self, future: FutureRecordMetadata) -> None:
+        self.future = future
 
     def done(self) -> bool:
-        return self.result is not None or self.error is not None
+        return self.future.done()
 
-    def set_result(self, result: RecordMetadata) -> None:
-        self.result = result
+    @property
+    def result(self) -> RecordMetadata | None:
+        done = self.future.done() and self.future.exception() is None
+        return self.future.result() if done else None
 
-    def set_exception(self, exception: BaseException) -> None:
-        self.error = exception
+    @property
+    def error(self) -> BaseException | None:
+        return self.future.exception() if self.future.done() else None
 
 
 def make_acc(
@@ -52,9 +55,12 @@ def make_acc(
         delivery_timeout=delivery_timeout,
         transaction_manager=txn,
     )
+    POOLS[id(acc)] = pool
     return acc, pool
 
 
+POOLS: dict[int, BufferPool] = {}
+TS = 1_700_000_000_000
 CLUSTER = StaticCluster.uniform({"t": 3}, nodes=3)  # t-0 -> node 0, t-1 -> node 1, t-2 -> node 2
 ONE_NODE = StaticCluster([0], {TP0: 0, TP1: 0, TP2: 0})
 
@@ -62,12 +68,28 @@ ONE_NODE = StaticCluster([0], {TP0: 0, TP1: 0, TP2: 0})
 async def append(
     acc: RecordAccumulator, tp: TopicPartition, now: float, size: int = 100, n: int = 1
 ) -> list[Sink]:
+    """Append as the producer does: the synchronous append, and the pool wait it asks for."""
     sinks = []
+    value = b"v" * size
+    bound = estimate_size_in_bytes_upper_bound(b"k", value, [])
     for _ in range(n):
-        sink = Sink()
-        await acc.append(tp, 1_700_000_000_000, b"k", b"v" * size, [], sink, now, 1000)
-        sinks.append(sink)
+        appended = acc.append(
+            tp.topic, tp.partition, TS, b"k", value, [], bound, [0, 1, 2], CLUSTER, now
+        )
+        if isinstance(appended, BufferRequest):
+            buffer = await acc_pool(acc).allocate(appended.size, 1000)
+            appended = acc.append(
+                tp.topic, tp.partition, TS, b"k", value, [], bound, [0, 1, 2], CLUSTER, now,
+                granted=(appended, buffer),
+            )
+        assert isinstance(appended, FutureRecordMetadata)
+        sinks.append(Sink(appended))
     return sinks
+
+
+def acc_pool(acc: RecordAccumulator) -> BufferPool:
+    pool = POOLS[id(acc)]
+    return pool
 
 
 async def test_fresh_batch_waits_for_linger_and_reports_time_left() -> None:

@@ -128,7 +128,7 @@ def test_explicit_partition_wins_over_key_and_partitioner() -> None:
 
 
 def test_explicit_partition_out_of_range() -> None:
-    with pytest.raises(ValueError, match=r"partition 6 of topic 't' does not exist.*0\.\.5"):
+    with pytest.raises(ValueError, match=r"partition 6 is not a partition of topic 't'.*0\.\.5"):
         choose_partition("t", None, None, CLUSTER, partition=6)
 
 

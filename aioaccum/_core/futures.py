@@ -1,0 +1,396 @@
+"""Record futures at the cost of one object per batch: Java's ``ProduceRequestResult`` and
+``FutureRecordMetadata``.
+
+Theory of operation
+-------------------
+A batch has one :class:`ProduceRequestResult`: the base offset, log-append time or error the broker
+gave the whole batch, and the done-callbacks of every record future that someone waits on. A record
+future (:class:`FutureRecordMetadata`) is the batch's result plus the record's own numbers (offset
+delta, timestamp, key and value sizes); its :class:`RecordMetadata` is built when read. Completing
+a batch is one assignment and, only if anyone waits, one loop callback that runs every waiter's
+callback in turn: nothing is scheduled per record.
+
+A record future behaves as an asyncio future wherever one goes (``await``, ``gather``, ``wait``,
+``wait_for``, ``as_completed``, ``shield``, ``asyncio.isfuture``): it has the attribute asyncio's
+tasks look for, yields itself from ``__await__`` (never the batch, so cancelling one awaiting
+task cancels one record future), and keeps its callbacks with the batch result. It holds no
+reference back from the result, so it closes no reference cycle.
+
+Cancelling a record future stops it from reporting; the record itself is still sent, as in Java
+(where a record's future cannot be cancelled at all). A failed batch's error is copied for each
+reader: one exception object raised in many tasks would collect all their frames in its traceback
+and keep them, and the batch, alive.
+
+The only asyncio names used are the two exception types a future must raise; the loop is handed in
+by the caller and used for ``call_soon`` alone, so the core still never creates futures or timers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copy
+from asyncio.exceptions import CancelledError, InvalidStateError
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from aioaccum._core.cluster import TopicPartition
+
+__all__ = [
+    "CallbackLoop",
+    "FutureRecordMetadata",
+    "ProduceRequestResult",
+    "RecordMetadata",
+]
+
+
+class RecordMetadata(NamedTuple):
+    """Where the broker put a record (Kafka's ``RecordMetadata``).
+
+    ``offset`` is -1 when the broker gave none (``acks=0``); ``timestamp`` is the log-append time
+    when the topic uses it, else the record's own create time.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    serialized_key_size: int
+    serialized_value_size: int
+
+
+_new_tuple = tuple.__new__
+
+
+class CallbackLoop(Protocol):
+    """The part of an event loop a batch result uses: an ``asyncio`` loop satisfies it."""
+
+    def call_soon(
+        self, callback: Callable[..., object], *args: Any, context: contextvars.Context | None = ...
+    ) -> Any: ...
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None: ...
+
+
+Callback = Callable[[Any], object]
+# A waiter on the whole batch (aioaccum.wait_all): told once when the result is set.
+Listener = Callable[["ProduceRequestResult"], object]
+
+
+def fresh_error(error: BaseException) -> BaseException:
+    """A copy of a batch's error for one reader, keeping the chain to what caused it."""
+    own = copy.copy(error)
+    own.__cause__ = error.__cause__
+    own.__suppress_context__ = True
+    return own
+
+
+class ProduceRequestResult:
+    """The outcome every record of one batch shares, and the callbacks waiting for it.
+
+    Args:
+        tp: The batch's topic-partition.
+        loop: Where callbacks run (``call_soon``); ``None`` runs them inline, for loop-free tests.
+    """
+
+    __slots__ = (
+        "_callbacks",
+        "_listeners",
+        "base_offset",
+        "done",
+        "error",
+        "log_append_time",
+        "loop",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, loop: CallbackLoop | None) -> None:
+        self.tp = tp
+        self.loop = loop
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: BaseException | None = None
+        self.done = False
+        # (record future, callback, context) for each record someone waits on, in order added.
+        self._callbacks: list[tuple[FutureRecordMetadata, Callback, contextvars.Context]] = []
+        self._listeners: list[Listener] = []
+
+    def set(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
+        """End the batch (once) and run the waiters' callbacks soon, in one loop callback."""
+        if self.done:
+            return
+        self.base_offset = base_offset
+        self.log_append_time = log_append_time
+        self.error = error
+        self.done = True
+        if self._callbacks or self._listeners:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        loop = self.loop
+        if loop is None:
+            self._fire()
+            return
+        try:
+            loop.call_soon(self._fire)
+        except RuntimeError:
+            # The loop is closed: nobody can wait any more, so let the callbacks go.
+            self._callbacks = []
+            self._listeners = []
+
+    def _fire(self) -> None:
+        callbacks, self._callbacks = self._callbacks, []
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            listener(self)
+        for i, (future, fn, context) in enumerate(callbacks):
+            try:
+                context.run(fn, future)
+            except (SystemExit, KeyboardInterrupt):
+                # The rest still run, in a later callback, as they would have with call_soon.
+                self._callbacks[:0] = callbacks[i + 1 :]
+                if self._callbacks:
+                    self._schedule()
+                raise
+            except BaseException as exc:  # reported as asyncio reports a failing callback
+                if self.loop is not None:
+                    self.loop.call_exception_handler(
+                        {
+                            "message": f"Exception in callback {fn!r} of a record future",
+                            "exception": exc,
+                            "future": future,
+                        }
+                    )
+
+    def add_callback(
+        self, future: FutureRecordMetadata, fn: Callback, context: contextvars.Context
+    ) -> None:
+        self._callbacks.append((future, fn, context))
+
+    def remove_callbacks(self, future: FutureRecordMetadata, fn: Callback | None) -> int:
+        """Drop ``future``'s callbacks (only those equal to ``fn``, unless it is ``None``)."""
+        kept = [
+            entry
+            for entry in self._callbacks
+            if entry[0] is not future or (fn is not None and entry[1] != fn)
+        ]
+        removed = len(self._callbacks) - len(kept)
+        if removed:
+            self._callbacks = kept
+        return removed
+
+    def take_callbacks(
+        self, future: FutureRecordMetadata
+    ) -> list[tuple[FutureRecordMetadata, Callback, contextvars.Context]]:
+        taken = [entry for entry in self._callbacks if entry[0] is future]
+        if taken:
+            self._callbacks = [entry for entry in self._callbacks if entry[0] is not future]
+        return taken
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        with contextlib.suppress(ValueError):  # already told, or never added
+            self._listeners.remove(listener)
+
+    def hand_over(self) -> None:
+        """After a split moved this batch's records: their callbacks follow them, and whoever
+        waited on the whole batch is told to look again."""
+        callbacks, self._callbacks = self._callbacks, []
+        for future, fn, context in callbacks:
+            target = future._result
+            if target is self:  # not moved (cannot happen for a complete split): run it now
+                self._callbacks.append((future, fn, context))
+            else:
+                target.add_callback(future, fn, context)
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            listener(self)
+
+    @property
+    def waiters(self) -> int:
+        """Callbacks and listeners waiting (for tests and repr)."""
+        return len(self._callbacks) + len(self._listeners)
+
+    def __repr__(self) -> str:
+        state = "pending" if not self.done else ("failed" if self.error else "done")
+        return (
+            f"<ProduceRequestResult {self.tp.topic}-{self.tp.partition} {state} "
+            f"base_offset={self.base_offset} waiters={self.waiters}>"
+        )
+
+
+if TYPE_CHECKING:
+    import asyncio
+
+    # To type checkers a record future is the asyncio future it stands in for, so code typed
+    # against asyncio.Future[RecordMetadata] keeps checking. At run time it is a plain class.
+    _FutureBase = asyncio.Future[RecordMetadata]
+else:
+    _FutureBase = object
+
+
+class FutureRecordMetadata(_FutureBase):
+    """The future of one record's :class:`RecordMetadata` (Kafka's ``FutureRecordMetadata``).
+
+    An asyncio-compatible future: await it, gather it, add callbacks to it. Made by the batch the
+    record went into; never constructed by users. Only the producer ends it: ``set_result`` and
+    ``set_exception`` are not available.
+    """
+
+    __slots__ = (
+        "_asyncio_future_blocking",
+        "_cancel_message",
+        "_cancelled",
+        "_key_size",
+        "_relative_offset",
+        "_result",
+        "_timestamp",
+        "_value_size",
+    )
+
+    def __init__(
+        self,
+        result: ProduceRequestResult,
+        relative_offset: int,
+        timestamp: int,
+        key_size: int,
+        value_size: int,
+    ) -> None:
+        self._result = result
+        self._relative_offset = relative_offset
+        self._timestamp = timestamp
+        self._key_size = key_size
+        self._value_size = value_size
+        self._cancelled = False
+        self._cancel_message: object = None
+        # Read and written by asyncio's Task: True while a task yields this future to the loop.
+        self._asyncio_future_blocking = False
+
+    def pending_result(self) -> ProduceRequestResult | None:
+        """The batch result this record still waits for, or ``None`` once it is done."""
+        if self._cancelled or self._result.done:
+            return None
+        return self._result
+
+    def retarget(self, result: ProduceRequestResult, relative_offset: int) -> None:
+        """Point at another batch after a split moved the record there."""
+        self._result = result
+        self._relative_offset = relative_offset
+
+    # --- state
+
+    def done(self) -> bool:
+        return self._cancelled or self._result.done
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def get_loop(self) -> Any:
+        loop = self._result.loop
+        if loop is None:
+            raise RuntimeError("this record future has no event loop (a loop-free test batch)")
+        return loop
+
+    def result(self) -> RecordMetadata:
+        """The record's metadata.
+
+        Raises:
+            CancelledError: This future was cancelled.
+            InvalidStateError: The batch has not ended yet.
+            AioAccumError: The record failed (a copy of the batch's error, for this reader).
+        """
+        if self._cancelled:
+            raise self._make_cancelled_error()
+        result = self._result
+        if not result.done:
+            raise InvalidStateError("the record is not acknowledged yet")
+        if result.error is not None:
+            raise fresh_error(result.error)
+        tp = result.tp
+        base = result.base_offset
+        log_append_time = result.log_append_time
+        return _new_tuple(
+            RecordMetadata,
+            (
+                tp.topic,
+                tp.partition,
+                -1 if base < 0 else base + self._relative_offset,
+                self._timestamp if log_append_time < 0 else log_append_time,
+                self._key_size,
+                self._value_size,
+            ),
+        )
+
+    def exception(self) -> BaseException | None:
+        """The record's error (a copy for this reader), or ``None`` if it succeeded."""
+        if self._cancelled:
+            raise self._make_cancelled_error()
+        result = self._result
+        if not result.done:
+            raise InvalidStateError("the record is not acknowledged yet")
+        return None if result.error is None else fresh_error(result.error)
+
+    def cancel(self, msg: object = None) -> bool:
+        """Stop reporting this record's outcome; the record is still sent (see the module)."""
+        if self.done():
+            return False
+        self._cancelled = True
+        self._cancel_message = msg
+        result = self._result
+        loop = result.loop
+        for future, fn, context in result.take_callbacks(self):
+            if loop is None:
+                context.run(fn, future)
+            else:
+                loop.call_soon(fn, future, context=context)
+        return True
+
+    def _make_cancelled_error(self) -> CancelledError:
+        # asyncio.gather calls this on a cancelled child.
+        message = self._cancel_message
+        return CancelledError() if message is None else CancelledError(message)
+
+    # --- callbacks
+
+    def add_done_callback(
+        self, fn: Callback, *, context: contextvars.Context | None = None
+    ) -> None:
+        if context is None:
+            context = contextvars.copy_context()
+        if self.done():
+            loop = self._result.loop
+            if loop is None:
+                context.run(fn, self)
+            else:
+                loop.call_soon(fn, self, context=context)
+            return
+        self._result.add_callback(self, fn, context)
+
+    def remove_done_callback(self, fn: Callback) -> int:
+        return self._result.remove_callbacks(self, fn)
+
+    # --- awaiting
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        if not self.done():
+            self._asyncio_future_blocking = True
+            yield self  # the record, not the batch: a task that is cancelled cancels only this
+        if not self.done():
+            raise RuntimeError("await wasn't used with future")
+        return self.result()
+
+    __iter__ = __await__
+
+    def __repr__(self) -> str:
+        if self._cancelled:
+            state = "cancelled"
+        elif not self._result.done:
+            state = "pending"
+        elif self._result.error is not None:
+            state = f"exception={self._result.error!r}"
+        else:
+            state = f"result={self.result()!r}"
+        tp = self._result.tp
+        return f"<FutureRecordMetadata {tp.topic}-{tp.partition}+{self._relative_offset} {state}>"
