@@ -1,5 +1,8 @@
 """aioaccum: an asyncio-native Kafka producer with Java-grade batching and memory control."""
 
+# First: it decides between compiled and pure-Python modules before any of them is imported.
+from aioaccum import _speedups  # noqa: I001
+
 from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
 from aioaccum._wait import wait_all
 from aioaccum.config import ProducerConfig
@@ -17,6 +20,8 @@ from aioaccum.errors import (
 )
 from aioaccum.pool import BufferPool, PoolStats
 from aioaccum.producer import Producer
+
+_speedups.check_compiled_sources()
 
 __version__ = "0.1.0"
 

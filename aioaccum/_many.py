@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from aioaccum._core.batch import FutureRecordMetadata, RecordMetadata
 from aioaccum._core.cluster import TopicPartition
+from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
 
 __all__ = ["ManyResult"]
 

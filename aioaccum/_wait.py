@@ -10,23 +10,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterable
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
-from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult, RecordMetadata
+from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult
 
 __all__ = ["wait_all"]
 
-
-@overload
-async def wait_all(
-    futures: Iterable[Awaitable[RecordMetadata]], *, return_exceptions: Literal[False] = ...
-) -> list[RecordMetadata]: ...
+_T = TypeVar("_T")
 
 
 @overload
 async def wait_all(
-    futures: Iterable[Awaitable[RecordMetadata]], *, return_exceptions: Literal[True]
-) -> list[RecordMetadata | BaseException]: ...
+    futures: Iterable[Awaitable[_T]], *, return_exceptions: Literal[False] = ...
+) -> list[_T]: ...
+
+
+@overload
+async def wait_all(
+    futures: Iterable[Awaitable[_T]], *, return_exceptions: Literal[True]
+) -> list[_T | BaseException]: ...
 
 
 async def wait_all(

@@ -12,12 +12,13 @@ import contextvars
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from time import time_ns
 from types import TracebackType
 from typing import Any, Self
 
 from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
-from aioaccum._core.batch import FutureRecordMetadata, RecordMetadata
 from aioaccum._core.codecs import CompressionType
+from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.partitioner import BuiltInPartitioner
 from aioaccum._core.records import (
@@ -247,12 +248,16 @@ class Producer:
 
         Waits (up to ``max_block_ms``) only for the topic's metadata and for buffer memory.
 
+        The future is a :class:`FutureRecordMetadata` (Java's record future): it shares its
+        batch's outcome and builds the :class:`RecordMetadata` when read. Await it, gather it,
+        or wait for many at the cost of their batches with :func:`aioaccum.wait_all`.
+
         Cancellation: a ``send()`` that raises (``CancelledError`` included) has buffered
         nothing, and one that returns has buffered the record for good. The returned future
         only reports the outcome: the record is delivered whether or not anyone awaits it.
         Cancelling it, or cancelling a task while it awaits it (as ``asyncio.timeout`` or
-        ``wait_for`` do), cancels that shared future, so the outcome is no longer reported,
-        but the record is still sent, and is still waited for by :meth:`flush` and
+        ``wait_for`` do), cancels that record's future alone, so its outcome is no longer
+        reported, but the record is still sent, and is still waited for by :meth:`flush` and
         :meth:`close` (as in the Java client, where a record's future cannot be cancelled).
         To bound the wait and keep the outcome, await ``asyncio.shield(future)``.
 
@@ -265,10 +270,12 @@ class Producer:
             BufferExhaustedError: No buffer memory freed within ``max_block_ms``.
             ProducerTimeoutError: The topic's metadata did not arrive within ``max_block_ms``.
         """
-        parts = self._parts
-        if parts is None or self._closed or parts[2].fatal_error is not None:
-            parts = self._running_parts()
-        acc = parts[1]
+        if self._parts is None:  # not started, or closed; a sender that failed: append refuses
+            self._running_parts()
+        # Read from the attributes, not the tuple: compiled, they are typed, and calls on them
+        # skip Python's call protocol.
+        acc = self._acc
+        assert acc is not None  # set by start(), which made _parts
         if acc.batches_created != self._batches_seen:
             # A caller that never has to wait for memory never suspends, and the sender would
             # not run until the pool is full. Yielding once per new batch lets it ship the
@@ -278,10 +285,10 @@ class Producer:
             # delivers and one that returns always does.
             self._batches_seen = acc.batches_created
             await asyncio.sleep(0)
-            parts = self._parts
-            if parts is None or self._closed or parts[2].fatal_error is not None:
-                parts = self._running_parts()
-        kafka, acc, _ = parts
+            if self._parts is None:
+                self._running_parts()
+        kafka = self._kafka
+        assert kafka is not None
         if self._key_serializer is not None:
             key = self._key_serializer(key)
         if self._value_serializer is not None:
@@ -292,7 +299,7 @@ class Producer:
             value = as_bytes("value", value)
         header_list = validate_headers(headers) if headers else _NO_HEADERS
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
+            timestamp_ms = time_ns() // 1_000_000
         elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= _MAX_TIMESTAMP:
             raise ConfigError(
                 f"timestamp_ms must be an int in 0..{_MAX_TIMESTAMP} (ms since the epoch), "

@@ -152,6 +152,11 @@ class Sender:
     def fatal_error(self) -> BaseException | None:
         return self._fatal
 
+    def _set_fatal(self, error: BaseException) -> None:
+        self._fatal = error
+        # The accumulator refuses appends from now on, so send() needs no check of its own.
+        self._acc.fatal_error = error
+
     async def wait_for_progress(self) -> None:
         """Return after the next batch ends (flush waits on this)."""
         fut = asyncio.get_running_loop().create_future()
@@ -179,7 +184,7 @@ class Sender:
                 await self._sleep(loop, delay)
         except BaseException as exc:
             if self._fatal is None:
-                self._fatal = exc
+                self._set_fatal(exc)
             if not isinstance(exc, asyncio.CancelledError):
                 log.error("the aioaccum sender stopped on an error", exc_info=exc)
             raise
@@ -213,7 +218,7 @@ class Sender:
             producer_id, epoch = await self._kafka.init_producer_id()
         except AioAccumError as exc:
             if isinstance(exc, BrokerError) and not exc.retriable:
-                self._fatal = exc
+                self._set_fatal(exc)
                 return
             self._init_attempts += 1
             loop = asyncio.get_running_loop()

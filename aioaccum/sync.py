@@ -45,6 +45,7 @@ from aioaccum._core.records import (
     estimate_size_in_bytes_upper_bound,
 )
 from aioaccum._kafka import KafkaAdapter
+from aioaccum._loops import default_loop_factory
 from aioaccum._validate import validate_headers
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
@@ -131,7 +132,9 @@ class SyncProducer:
         bootstrap_servers: ``"host:port,host:port"`` or a list of them.
         config: A ready :class:`~aioaccum.config.ProducerConfig` instead of settings.
         kafka: A broker adapter (tests pass a fake).
-        loop_factory: Makes the background thread's loop (e.g. ``uvloop.new_event_loop``).
+        loop_factory: Makes the background thread's loop. By default uvloop's
+            (``uvloop.new_event_loop``) when uvloop can be imported, else asyncio's own; pass
+            ``asyncio.new_event_loop`` for the standard loop.
         **settings: Any :class:`~aioaccum.config.ProducerConfig` setting.
 
     The constructor starts the thread and the producer and returns once both run. Use it as a
@@ -176,7 +179,7 @@ class SyncProducer:
         self._final_metrics: dict[str, float] = {}
         self._flushes: set[asyncio.Task[None]] = set()
 
-        self._loop_factory = loop_factory or asyncio.new_event_loop
+        self._loop_factory = loop_factory or default_loop_factory()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread_id: int | None = None
         self._wakeup: asyncio.Future[None] | None = None

@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from aioaccum._core.batch import FutureRecordMetadata, ProducerBatch, RunSink
+from aioaccum._core.batch import ProducerBatch, RunSink
 from aioaccum._core.cluster import ClusterView, TopicPartition
 from aioaccum._core.codecs import CompressionRatioEstimator, CompressionType
-from aioaccum._core.futures import CallbackLoop
+from aioaccum._core.futures import CallbackLoop, FutureRecordMetadata
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.partitioner import (
     BuiltInPartitioner,
@@ -147,6 +147,8 @@ class RecordAccumulator:
         self._tps: dict[str, list[TopicPartition]] = {}
         self.batches_created = 0
         """New batches opened so far: the producer yields to the sender once per new batch."""
+        self.fatal_error: BaseException | None = None
+        """Set by the sender when it stopped on an error: appends are refused from then on."""
         self._txn = transaction_manager
         self._batch_size = batch_size
         self._linger = linger
@@ -200,10 +202,10 @@ class RecordAccumulator:
             ProducerClosedError: The accumulator was closed (a granted buffer is returned).
             ConfigError: The explicit or custom partition is not one of ``partitions``.
         """
-        if self._closed:
+        if self._closed or self.fatal_error is not None:
             if granted is not None:
                 self._pool.deallocate(granted[1], granted[0].size)
-            raise ProducerClosedError("cannot append: the producer is closed")
+            raise self._refusal()
         if granted is not None:
             chosen = granted[0].partition
             sticky = granted[0].sticky
@@ -292,8 +294,8 @@ class RecordAccumulator:
             ProducerClosedError: The accumulator was closed.
             ConfigError: ``partition`` is not one of ``partitions``.
         """
-        if self._closed:
-            raise ProducerClosedError("cannot append: the producer is closed")
+        if self._closed or self.fatal_error is not None:
+            raise self._refusal()
         if partition is not None:
             chosen = checked_partition(topic, partition, partitions)
             sticky = False
@@ -319,6 +321,14 @@ class RecordAccumulator:
                 size += total_len(keys, start, start + appended)
             self._sticky_appended(topic, chosen, size, full)
         return appended
+
+    def _refusal(self) -> ProducerClosedError:
+        fatal = self.fatal_error
+        if fatal is None:
+            return ProducerClosedError("cannot append: the producer is closed")
+        error = ProducerClosedError(f"the sender stopped on an error: {fatal!r}")
+        error.__cause__ = fatal
+        return error
 
     def set_wakeup(self, wakeup: Callable[[], None]) -> None:
         """Who to tell when a batch fills up or a new one opens (the sender)."""

@@ -28,14 +28,9 @@ from aioaccum._core.records import MemoryRecordsBuilder
 if TYPE_CHECKING:
     from aioaccum._core.records import Header
 
-__all__ = [
-    "FinalState",
-    "FutureRecordMetadata",
-    "ProduceRequestResult",
-    "ProducerBatch",
-    "RecordMetadata",
-    "RunSink",
-]
+# The record future and the batch result live in aioaccum._core.futures; import them from there
+# (compiled, this module holds them as C types, not as attributes).
+__all__ = ["FinalState", "ProducerBatch", "RecordMetadata", "RunSink"]
 
 
 class RunSink(Protocol):
@@ -139,13 +134,16 @@ class ProducerBatch:
         delta = self.builder.try_append(timestamp, key, value, headers)
         if delta < 0:
             return None
-        future = FutureRecordMetadata(
-            self.result,
-            delta,
-            timestamp,
-            -1 if key is None else len(key),
-            -1 if value is None else len(value),
-        )
+        # Filled in place rather than through __init__: compiled, this skips argument parsing.
+        future = FutureRecordMetadata.__new__(FutureRecordMetadata)
+        future._result = self.result
+        future._relative_offset = delta
+        future._timestamp = timestamp
+        future._key_size = -1 if key is None else len(key)
+        future._value_size = -1 if value is None else len(value)
+        future._cancelled = False
+        future._cancel_message = None
+        future._asyncio_future_blocking = False
         self._futures.append(future)
         return future
 

@@ -32,9 +32,14 @@ import contextvars
 import copy
 from asyncio.exceptions import CancelledError, InvalidStateError
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from aioaccum._core.cluster import TopicPartition
+
+try:
+    import cython
+except ModuleNotFoundError:  # a pure-Python run without Cython installed
+    from aioaccum._core import _cython_shim as cython
 
 __all__ = [
     "CallbackLoop",
@@ -221,17 +226,11 @@ class ProduceRequestResult:
         )
 
 
-if TYPE_CHECKING:
-    import asyncio
-
-    # To type checkers a record future is the asyncio future it stands in for, so code typed
-    # against asyncio.Future[RecordMetadata] keeps checking. At run time it is a plain class.
-    _FutureBase = asyncio.Future[RecordMetadata]
-else:
-    _FutureBase = object
-
-
-class FutureRecordMetadata(_FutureBase):
+# Compiled, the record future is not tracked by the garbage collector: it can close no cycle,
+# since nothing it holds points back at it (its callbacks live in the batch result).
+@cython.no_gc
+@cython.cclass
+class FutureRecordMetadata:
     """The future of one record's :class:`RecordMetadata` (Kafka's ``FutureRecordMetadata``).
 
     An asyncio-compatible future: await it, gather it, add callbacks to it. Made by the batch the

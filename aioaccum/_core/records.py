@@ -641,3 +641,15 @@ def _decode_record(buf: bytes, pos: int, base_timestamp: int) -> tuple[SimpleRec
     if pos != end:
         raise ValueError(f"record length {length} disagrees with its fields")
     return SimpleRecord(base_timestamp + timestamp_delta, key, value, headers), pos
+
+
+# --------------------------------------------------------------------- which implementation
+# The class above is the reference: it stays importable as PyMemoryRecordsBuilder, for the
+# parity tests and for AIOACCUM_NO_EXTENSIONS=1. The public name is whichever builder
+# aioaccum._speedups chose, once, at import; the compiled one has the same API (_crecords.pyi).
+from aioaccum import _speedups  # noqa: E402  (must follow the reference class it aliases)
+
+PyMemoryRecordsBuilder = MemoryRecordsBuilder
+
+if _speedups.EXTENSIONS:
+    from aioaccum._core._crecords import MemoryRecordsBuilder  # type: ignore[assignment]

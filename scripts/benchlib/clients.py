@@ -4,7 +4,9 @@ This module runs inside a contender's own child process (``scripts/bench --child
 its imports, threads and memory are that contender's alone. Each runner sends ``spec.records``
 records of ``spec.size`` bytes and observes every record's outcome (a kept future or a delivery
 callback, as the client's idiom has it); a sample of records also carries a latency probe, the
-time from the send call to the acknowledgement callback.
+time from the send call to the acknowledgement callback. aioaccum runs under several names that
+send alike and differ in how they wait for the futures they kept (``AIOACCUM_WAITS``); its runs
+also record which hot path ran, compiled or pure Python.
 
 In the memory-bound mode a runner offers records until all are offered or the deadline passes,
 keeps no futures (only callbacks), times every send call to see whether it blocks, counts what
@@ -19,8 +21,8 @@ import os
 import resource
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from benchlib.spec import MIB, Spec, payload
 
@@ -47,6 +49,8 @@ class Recorder:
         self.timed_out = False
         self.baseline_rss_mib = 0.0
         self.started = self.ended = 0.0
+        # aioaccum._speedups.describe() of the aioaccum that ran here (aioaccum runs only).
+        self.hot_path: str | None = None
 
     def begin(self) -> None:
         self.baseline_rss_mib = rss_mib()
@@ -75,7 +79,7 @@ class Recorder:
         def pct(p: float) -> float | None:
             return ordered[min(len(ordered) - 1, int(p * len(ordered)))] if ordered else None
 
-        return {
+        out: dict[str, Any] = {
             "elapsed_s": max(self.ended - self.started, 1e-9),
             "errors": self.errors,
             "offered": self.offered,
@@ -87,6 +91,9 @@ class Recorder:
             "timed_out": self.timed_out,
             "baseline_rss_mib": self.baseline_rss_mib,
         }
+        if self.hot_path is not None:
+            out["hot_path"] = self.hot_path
+        return out
 
 
 def deadline_passed(rec: Recorder) -> bool:
@@ -98,10 +105,23 @@ def deadline_passed(rec: Recorder) -> bool:
 
 # --- asyncio clients ----------------------------------------------------------------------
 
-SendFn = Callable[[bytes], Awaitable["asyncio.Future[Any]"]]
+
+class RecordFuture(Protocol):
+    """What an asyncio client's send gives back: an ``asyncio.Future`` or aioaccum's
+    ``FutureRecordMetadata``."""
+
+    def add_done_callback(self, fn: Callable[[Any], object], /) -> None: ...
+
+    def __await__(self) -> Generator[Any, None, Any]: ...
 
 
-async def drive_async(spec: Spec, rec: Recorder, send: SendFn) -> list[asyncio.Future[Any]]:
+SendFn = Callable[[bytes], Awaitable[RecordFuture]]
+AsyncRunner = Callable[[Spec, Recorder], Coroutine[Any, Any, None]]
+# How a contender waits for the futures it kept; counts the failed records in the Recorder.
+WaitFn = Callable[[list[RecordFuture], Recorder], Coroutine[Any, Any, None]]
+
+
+async def drive_async(spec: Spec, rec: Recorder, send: SendFn) -> list[RecordFuture]:
     """The send loop every asyncio contender shares; returns the futures it kept."""
     data = payload(spec.size)
     every = spec.sample_every
@@ -110,7 +130,7 @@ async def drive_async(spec: Spec, rec: Recorder, send: SendFn) -> list[asyncio.F
     if spec.concurrency > 1:
         await _concurrent_async(spec, rec, send, data, every)
         return []
-    futures: list[asyncio.Future[Any]] = []
+    futures: list[RecordFuture] = []
     keep = futures.append
     for i in range(spec.records):
         if i % every == 0:
@@ -149,8 +169,8 @@ async def _concurrent_async(
 
 async def _offer_async(
     spec: Spec, rec: Recorder, send: SendFn, data: bytes, every: int
-) -> list[asyncio.Future[Any]]:
-    def count(future: asyncio.Future[Any]) -> None:
+) -> list[RecordFuture]:
+    def count(future: Any) -> None:
         if future.cancelled() or future.exception() is not None:
             rec.errors += 1
 
@@ -175,17 +195,47 @@ async def _offer_async(
     return []
 
 
-async def count_failed(futures: list[asyncio.Future[Any]], rec: Recorder) -> None:
-    # The documented idiom: gather what send returned, errors as values.
+# --- ways of waiting for the kept futures; each counts a record whose outcome is an error
+
+
+async def await_each(futures: list[RecordFuture], rec: Recorder) -> None:
+    """``await fut`` for each future in turn (aioaccum's documented idiom)."""
+    for future in futures:
+        try:
+            await future
+        except Exception:
+            rec.errors += 1
+
+
+async def gather_all(futures: list[RecordFuture], rec: Recorder) -> None:
+    """``asyncio.gather(*futures, return_exceptions=True)`` (aiokafka's and confluent's)."""
     results = await asyncio.gather(*futures, return_exceptions=True)
     rec.errors += sum(1 for r in results if isinstance(r, BaseException))
 
 
-def aioaccum_producer(spec: Spec) -> Producer:
-    """An aioaccum Producer with the workload's settings (imported here: children load one
-    client each)."""
+async def wait_all(futures: list[RecordFuture], rec: Recorder) -> None:
+    """``aioaccum.wait_all(futures, return_exceptions=True)``: one wait per batch."""
+    from aioaccum import wait_all as aioaccum_wait_all
+
+    results = await aioaccum_wait_all(futures, return_exceptions=True)
+    rec.errors += sum(1 for r in results if isinstance(r, BaseException))
+
+
+def aioaccum_hot_path() -> str:
+    """Which of aioaccum's hot paths this process runs (compiled or pure Python)."""
+    try:
+        from aioaccum import _speedups
+    except ImportError:
+        return "unknown (this aioaccum has no _speedups)"
+    return _speedups.describe()
+
+
+def aioaccum_producer(spec: Spec, rec: Recorder) -> Producer:
+    """An aioaccum Producer with the workload's settings, noting in ``rec`` which hot path runs
+    (imported here: children load one client each)."""
     from aioaccum import Producer
 
+    rec.hot_path = aioaccum_hot_path()
     return Producer(
         spec.bootstrap,
         acks=spec.acks_int,
@@ -198,19 +248,34 @@ def aioaccum_producer(spec: Spec) -> Producer:
     )
 
 
-async def run_aioaccum(spec: Spec, rec: Recorder) -> None:
-    producer = aioaccum_producer(spec)
-    await producer.start()
-    await producer.partitions_for(spec.topic)
-    topic, send = spec.topic, producer.send
-    rec.begin()
-    futures = await drive_async(spec, rec, lambda value: send(topic, value))
-    if spec.memory_bound:
-        exit_now(rec)
-    await count_failed(futures, rec)
-    await producer.flush()
-    rec.end()
-    await producer.close()
+def aioaccum_runner(wait: WaitFn) -> AsyncRunner:
+    """aioaccum per record: ``fut = await producer.send(topic, value)``, every future kept,
+    then ``wait`` for them and ``flush()``. With concurrent senders, or in the memory-bound
+    run, no futures are kept and ``wait`` plays no part."""
+
+    async def run(spec: Spec, rec: Recorder) -> None:
+        producer = aioaccum_producer(spec, rec)
+        await producer.start()
+        await producer.partitions_for(spec.topic)
+        topic, send = spec.topic, producer.send
+        rec.begin()
+        futures = await drive_async(spec, rec, lambda value: send(topic, value))
+        if spec.memory_bound:
+            exit_now(rec)
+        await wait(futures, rec)
+        await producer.flush()
+        rec.end()
+        await producer.close()
+
+    return run
+
+
+# The aioaccum contenders that send record by record, by how they wait for the futures.
+AIOACCUM_WAITS: dict[str, WaitFn] = {
+    "aioaccum": await_each,
+    "aioaccum-gather": gather_all,
+    "aioaccum-wait-all": wait_all,
+}
 
 
 BULK_METHODS = ("send_many", "send_batch")
@@ -228,7 +293,7 @@ async def run_aioaccum_bulk(spec: Spec, rec: Recorder) -> None:
     per-record futures, so a ``send_batch`` of either shape also fits. The latency probe rides
     on each chunk's last future.
     """
-    producer = aioaccum_producer(spec)
+    producer = aioaccum_producer(spec, rec)
     method_name = bulk_method(producer)
     if method_name is None:
         raise SystemExit("this aioaccum has no bulk send method")
@@ -236,9 +301,9 @@ async def run_aioaccum_bulk(spec: Spec, rec: Recorder) -> None:
     await producer.start()
     await producer.partitions_for(spec.topic)
     data, chunk = payload(spec.size), 1000
-    futures: list[asyncio.Future[Any]] = []
+    futures: list[RecordFuture] = []
 
-    def count(future: asyncio.Future[Any]) -> None:
+    def count(future: Any) -> None:
         if future.cancelled() or future.exception() is not None:
             rec.errors += 1
 
@@ -268,7 +333,7 @@ async def run_aioaccum_bulk(spec: Spec, rec: Recorder) -> None:
         rec.timed_out = True
     if spec.memory_bound:
         exit_now(rec)
-    await count_failed(futures, rec)
+    await gather_all(futures, rec)
     await producer.flush()
     rec.end()
     await producer.close()
@@ -293,7 +358,7 @@ async def run_aiokafka(spec: Spec, rec: Recorder) -> None:
     futures = await drive_async(spec, rec, lambda value: send(topic, value))
     if spec.memory_bound:
         exit_now(rec)
-    await count_failed(futures, rec)
+    await gather_all(futures, rec)
     rec.end()
     await producer.stop()
 
@@ -338,7 +403,7 @@ async def run_confluent_aio(spec: Spec, rec: Recorder) -> None:
     if polling is not None:
         polling.cancel()
     await producer.flush()
-    await count_failed(futures, rec)
+    await gather_all(futures, rec)
     rec.end()
     await producer.close()
 
@@ -514,9 +579,8 @@ def run_kafka_python(spec: Spec, rec: Recorder) -> None:
     producer.close()
 
 
-AsyncRunner = Callable[[Spec, Recorder], Coroutine[Any, Any, None]]
 ASYNC_RUNNERS: dict[str, AsyncRunner] = {
-    "aioaccum": run_aioaccum,
+    **{name: aioaccum_runner(wait) for name, wait in AIOACCUM_WAITS.items()},
     "aioaccum-bulk": run_aioaccum_bulk,
     "aiokafka": run_aiokafka,
     "confluent-aio": run_confluent_aio,

@@ -6,6 +6,11 @@ Kafka's own ``org.apache.kafka.tools.ProducerPerformance`` through ``scripts/kaf
 so its figures are the tool's own. A contender that is not available (a client not installed,
 aioaccum without a bulk method) is reported and left out, never faked.
 
+aioaccum's per-record contenders send alike and differ only in how they wait for the futures
+they kept (``await`` each, ``asyncio.gather``, ``aioaccum.wait_all``). Workloads that keep no
+futures (concurrent senders, each awaiting its own; the memory-bound run) would run the same code
+under each name, so only ``aioaccum`` runs those.
+
 To add a contender: a runner in ``clients`` (registered in ``ASYNC_RUNNERS`` or
 ``SYNC_RUNNERS``) and an entry in ``CONTENDERS`` here.
 """
@@ -46,6 +51,14 @@ def _bulk() -> str | None:
     return f"aioaccum's Producer has no {' or '.join(BULK_METHODS)} method yet"
 
 
+def _wait_all() -> str | None:
+    import aioaccum
+
+    if hasattr(aioaccum, "wait_all"):
+        return None
+    return "this aioaccum has no wait_all"
+
+
 def _confluent_aio() -> str | None:
     if importlib.util.find_spec("confluent_kafka") is None:
         return "confluent_kafka is not installed"
@@ -71,10 +84,17 @@ class Contender:
     # Runs the concurrent-senders workload (Java's tool has one sending thread; a bulk call
     # is one sender by nature).
     concurrent: bool = True
+    # Runs the memory-bound workload (which keeps no futures: a contender that differs from
+    # another only in how it waits for them would repeat that one's run).
+    memory_bound: bool = True
 
     def unavailable(self) -> str | None:
         """None when it can run here, else why not."""
         return self.check()
+
+    def runs(self, concurrency: int, memory_bound: bool) -> bool:
+        """Whether it takes part in a workload of this kind."""
+        return (concurrency == 1 or self.concurrent) and (not memory_bound or self.memory_bound)
 
 
 CONTENDERS: dict[str, Contender] = {
@@ -82,9 +102,25 @@ CONTENDERS: dict[str, Contender] = {
     for c in (
         Contender(
             "aioaccum",
-            "`fut = await p.send(topic, value)` per record, futures kept, gathered and flushed "
-            "at the end; uvloop",
+            "`fut = await p.send(topic, value)` per record, futures kept, then `await fut` for "
+            "each in order (the documented idiom) and `flush()`; uvloop",
             _module("aioaccum"),
+        ),
+        Contender(
+            "aioaccum-gather",
+            "as `aioaccum`, but waits with `asyncio.gather(*futures, return_exceptions=True)`; "
+            "uvloop; one-sender workloads only (elsewhere it would repeat `aioaccum`)",
+            _module("aioaccum"),
+            concurrent=False,
+            memory_bound=False,
+        ),
+        Contender(
+            "aioaccum-wait-all",
+            "as `aioaccum`, but waits with `aioaccum.wait_all(futures, return_exceptions=True)` "
+            "(one wait per batch, not per record); uvloop; one-sender workloads only",
+            _wait_all,
+            concurrent=False,
+            memory_bound=False,
         ),
         Contender(
             "aioaccum-bulk",
@@ -129,6 +165,8 @@ CONTENDERS: dict[str, Contender] = {
 
 DEFAULT_CONTENDERS = (
     "aioaccum",
+    "aioaccum-gather",
+    "aioaccum-wait-all",
     "aioaccum-bulk",
     "aiokafka",
     "confluent",

@@ -13,6 +13,8 @@ END_MARKER = "<!-- end of generated section -->"
 MIB = 1024 * 1024
 COLORS = {
     "aioaccum": "#d62728",
+    "aioaccum-gather": "#e377c2",
+    "aioaccum-wait-all": "#ff7f0e",
     "aioaccum-bulk": "#ff9896",
     "aiokafka": "#1f77b4",
     "confluent": "#2ca02c",
@@ -33,6 +35,21 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def _ratio(ours: float | None, theirs: float | None) -> str:
     return f"{ours / theirs:.2f}x" if ours and theirs else "–"
+
+
+def _hot_path_line(meta: dict[str, Any]) -> list[str]:
+    """The header's line on which of aioaccum's hot paths ran, if any aioaccum contender did."""
+    if not any(name.startswith("aioaccum") for name in meta["contenders"]):
+        return []
+    path = meta.get("aioaccum_hot_path")
+    if not path:
+        return ["aioaccum's hot path (compiled or pure Python) was not recorded by this run.", ""]
+    return [
+        f"aioaccum's hot path: **{path}**, as `aioaccum._speedups.describe()` reported it in "
+        "the processes that ran aioaccum (`AIOACCUM_NO_EXTENSIONS=1` selects the pure-Python "
+        "one).",
+        "",
+    ]
 
 
 def render(results: dict[str, Any], charts: list[str]) -> str:
@@ -68,6 +85,7 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
         )
         + (" **Quick (smoke) run: counts too small to mean anything.**" if meta["quick"] else ""),
         "",
+        *_hot_path_line(meta),
         "## Machine",
         "",
     ]

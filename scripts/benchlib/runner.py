@@ -113,7 +113,7 @@ def list_all() -> None:
     print("contenders:")
     for c in CONTENDERS.values():
         reason = c.unavailable()
-        print(f"   {c.name:<14} {'available' if reason is None else 'unavailable: ' + reason}")
+        print(f"   {c.name:<18} {'available' if reason is None else 'unavailable: ' + reason}")
 
 
 def chosen_workloads(args: argparse.Namespace) -> list[Workload]:
@@ -325,12 +325,22 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "cpu_s": med("cpu_s", mine),
             "failures": sorted({r["failure"] for r in mine if r["failure"]}),
         }
+        path = hot_path(mine)
+        if path is not None:
+            row["hot_path"] = path
         if "behaviour" in mine[0]:
             row["behaviour"] = mine[0]["behaviour"]
             row["delivered"] = mine[0]["delivered"]
             row["offered"] = mine[0].get("offered")
         out.append(row)
     return out
+
+
+def hot_path(rows: list[dict[str, Any]]) -> str | None:
+    """Which hot path (compiled or pure Python) aioaccum's runs among ``rows`` reported, as
+    ``aioaccum._speedups.describe()`` said in their process; None when none reported one."""
+    seen = list(dict.fromkeys(r["hot_path"] for r in rows if r.get("hot_path")))
+    return " / ".join(seen) or None
 
 
 def memory_check(summary: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -355,16 +365,19 @@ def fmt(value: float | None, spec: str = ",.0f") -> str:
 
 def print_summary(summary: list[dict[str, Any]], workloads: list[Workload]) -> None:
     described = {w.name: w.describe() for w in workloads}
+    path = hot_path(summary)
+    if path is not None:
+        print(f"\naioaccum hot path: {path}")
     for workload in dict.fromkeys(s["workload"] for s in summary):
         rows = [s for s in summary if s["workload"] == workload]
         print(f"\n{workload}: {described[workload]}")
         print(
-            f"  {'client':<14}{'records/s':>12}{'MB/s':>8}{'p50 ms':>8}{'p99 ms':>8}"
+            f"  {'client':<18}{'records/s':>12}{'MB/s':>8}{'p50 ms':>8}{'p99 ms':>8}"
             f"{'RSS MiB':>9}{'CPU s':>7}  ok"
         )
         for s in rows:
             print(
-                f"  {s['contender']:<14}{fmt(s['records_per_s']):>12}"
+                f"  {s['contender']:<18}{fmt(s['records_per_s']):>12}"
                 f"{fmt(s['mb_per_s'], '.1f'):>8}{fmt(s['p50_ms'], '.1f'):>8}"
                 f"{fmt(s['p99_ms'], '.1f'):>8}{fmt(s['peak_rss_mib']):>9}"
                 f"{fmt(s['cpu_s'], '.1f'):>7}  {s['ok']}/{s['runs']}"
@@ -393,7 +406,7 @@ def run_all(
     runs: list[dict[str, Any]] = []
     repeat = args.repeat or (1 if args.quick else 3)
     for w in workloads:
-        here = [c for c in contenders if w.concurrency == 1 or CONTENDERS[c].concurrent]
+        here = [c for c in contenders if CONTENDERS[c].runs(w.concurrency, w.memory_bound)]
         reps = 1 if w.memory_bound else repeat  # a bounded-time observation, not a timing
         if w.memory_bound:
             broker.set_producer_quota(THROTTLED_CLIENT_ID, args.throttle_bytes)
@@ -405,7 +418,7 @@ def run_all(
                     rate = fmt(run["records_per_s"])
                     state = "ok" if run["ok"] else f"FAILED: {run['failure']}"
                     print(
-                        f"  {w.name} rep {rep + 1}/{reps} {contender:<14}{rate:>12} rec/s  "
+                        f"  {w.name} rep {rep + 1}/{reps} {contender:<18}{rate:>12} rec/s  "
                         f"RSS {run['peak_rss_mib']:.0f} MiB  CPU {run['cpu_s']:.1f} s  "
                         f"{run.get('behaviour', state)}",
                         flush=True,
@@ -479,6 +492,8 @@ def main(argv: list[str]) -> int:
         },
         "contenders": {n: CONTENDERS[n].idiom for n in names},
         "unavailable": unavailable,
+        # As reported by the child processes that ran aioaccum (None if none did).
+        "aioaccum_hot_path": hot_path(runs),
     }
     results = {
         "meta": meta,

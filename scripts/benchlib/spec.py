@@ -96,9 +96,11 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 # The default (no --workload) fits about 25 minutes with 3 repetitions of every contender on
-# this project's 2-core machine: one run of 100b-16k by all seven takes about 4 minutes there
-# (the slowest clients need a minute each), and the memory-bound run takes 7 x 30 s once.
-# `--all` runs every workload, about an hour there.
+# this project's 2-core machine: one run of 100b-16k by the seven clients takes about 4 minutes
+# there (the slowest clients need a minute each), and the memory-bound run takes 7 x 30 s once.
+# aioaccum's two further ways of waiting (gather, wait_all) run the one-sender workloads only,
+# each about as long as `aioaccum`: a few minutes more. `--all` runs every workload, about an
+# hour there.
 DEFAULT_WORKLOADS = ("100b-16k", "1k-16k", "contention", "memory-bound")
 
 

@@ -7,8 +7,9 @@ import asyncio
 import pytest
 
 from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
-from aioaccum._core.batch import FinalState, FutureRecordMetadata, ProducerBatch, RecordMetadata
+from aioaccum._core.batch import FinalState, ProducerBatch
 from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
 from aioaccum.errors import ProducerClosedError

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from aioaccum import AioAccumError, Producer, RecordMetadata
+from aioaccum import AioAccumError, FutureRecordMetadata, Producer
 
 __all__ = ["Ledger", "ReadBack", "read_back", "record_value", "wait_until"]
 
@@ -68,7 +68,7 @@ class Ledger:
     send_errors: Counter[str] = field(default_factory=Counter)
     untyped: Counter[str] = field(default_factory=Counter)
     samples: dict[str, list[str]] = field(default_factory=dict)
-    _pending: dict[int, asyncio.Future[RecordMetadata]] = field(default_factory=dict)
+    _pending: dict[int, FutureRecordMetadata] = field(default_factory=dict)
 
     @property
     def offered(self) -> int:
@@ -112,7 +112,7 @@ class Ledger:
             self._pending[rid] = fut
             fut.add_done_callback(functools.partial(self._done, rid))
 
-    def _done(self, rid: int, fut: asyncio.Future[RecordMetadata]) -> None:
+    def _done(self, rid: int, fut: FutureRecordMetadata) -> None:
         if self._pending.pop(rid, None) is None and self.states[rid] != PENDING:
             return  # already noted
         if fut.cancelled():

@@ -1,11 +1,13 @@
 """scripts/bench end to end: a quick run against the session's cluster, its JSON, its docs.
 
-Checks what the run reports (counts verified by the broker, every field there) and that the
-docs generator keeps a hand-written section; never how fast anything was.
+Checks what the run reports (counts verified by the broker, every field there, which of
+aioaccum's hot paths ran) and that the docs generator keeps a hand-written section; never how
+fast anything was.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -14,10 +16,18 @@ from typing import Any
 
 import pytest
 
+from aioaccum import _speedups
+from aioaccum._core.cluster import TopicPartition
+from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult
+from aioaccum.errors import BrokerError
+
 pytestmark = [pytest.mark.kafka]
 
 BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
-CONTENDERS = ("aioaccum", "confluent")
+sys.path.insert(0, str(BENCH.parent))  # benchlib, for the test of the waiting idioms
+# aioaccum's three ways of waiting for per-record futures, its bulk path, and one peer.
+CONTENDERS = ("aioaccum", "aioaccum-gather", "aioaccum-wait-all", "aioaccum-bulk", "confluent")
+AIOACCUM = tuple(c for c in CONTENDERS if c.startswith("aioaccum"))
 RUN_FIELDS = {
     "workload",
     "contender",
@@ -101,6 +111,46 @@ def test_quick_run_summarises_each_contender(quick_results: Any) -> None:
     assert {"cores", "cpu", "python", "java", "kafka"} <= machine.keys()
 
 
+def test_quick_run_names_the_hot_path_aioaccum_ran(quick_results: Any) -> None:
+    # The children inherit this process's environment, so they chose as this process did.
+    expected = _speedups.describe()
+    assert quick_results["meta"]["aioaccum_hot_path"] == expected
+    for run in quick_results["runs"]:
+        if run["contender"] in AIOACCUM:
+            assert run["hot_path"] == expected, run["contender"]
+        else:
+            assert "hot_path" not in run
+    for row in quick_results["summary"]:
+        assert row.get("hot_path") == (expected if row["contender"] in AIOACCUM else None)
+    idioms = quick_results["meta"]["contenders"]
+    assert "`await fut`" in idioms["aioaccum"]
+    assert "asyncio.gather" in idioms["aioaccum-gather"]
+    assert "aioaccum.wait_all" in idioms["aioaccum-wait-all"]
+    assert "send_many" in idioms["aioaccum-bulk"]
+
+
+@pytest.mark.parametrize("wait", ["aioaccum", "aioaccum-gather", "aioaccum-wait-all"])
+async def test_each_way_of_waiting_counts_every_failed_record(wait: str) -> None:
+    from benchlib.clients import AIOACCUM_WAITS, Recorder
+    from benchlib.runner import spec_for
+    from benchlib.spec import WORKLOADS
+
+    loop = asyncio.get_running_loop()
+    good, bad = (ProduceRequestResult(TopicPartition("t", p), loop) for p in (0, 1))
+    futures: list[Any] = [
+        FutureRecordMetadata(result, n, 0, 0, 1) for n in range(3) for result in (good, bad)
+    ]
+    plain: asyncio.Future[None] = loop.create_future()  # other clients' kind of future
+    plain.set_exception(BrokerError("failed"))
+    futures.append(plain)
+    good.set(0, -1, None)
+    bad.set(-1, -1, BrokerError("failed"))
+    spec = spec_for(WORKLOADS["100b-16k"], wait, "b:9092", "t", Path("unused"), 1.0)
+    rec = Recorder(spec)
+    await AIOACCUM_WAITS[wait](futures, rec)
+    assert rec.errors == 4  # the three records of the failed batch, and the plain future
+
+
 def test_docs_are_regenerated_from_the_json_keeping_the_hand_written_tail(
     quick_results: Any, tmp_path: Path
 ) -> None:
@@ -114,7 +164,8 @@ def test_docs_are_regenerated_from_the_json_keeping_the_hand_written_tail(
     text = page.read_text()
     assert "old tables" not in text
     assert text.rstrip().endswith("<!-- end of generated section -->\n\n## Spark sink\nby hand")
-    assert "`aioaccum`" in text
-    assert "`confluent`" in text
+    for contender in CONTENDERS:
+        assert f"| `{contender}` |" in text  # in the contenders table and the results
+    assert f"aioaccum's hot path: **{_speedups.describe()}**" in text
     for chart in ("throughput", "rss"):
         assert (page.parent / "bench" / f"{chart}.png").stat().st_size > 0

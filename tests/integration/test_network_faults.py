@@ -21,9 +21,9 @@ from faults.workload import Ledger, read_back, wait_until
 from aioaccum import (
     BufferExhaustedError,
     DeliveryTimeoutError,
+    FutureRecordMetadata,
     PoolStats,
     Producer,
-    RecordMetadata,
 )
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ async def test_cut_link_expires_records_with_partition_and_age_and_bounded_memor
 
         proxy.set_fault(fault)
         cut_at = loop.time()
-        sent: list[tuple[int, asyncio.Future[RecordMetadata]]] = []
+        sent: list[tuple[int, FutureRecordMetadata]] = []
         failed_at: dict[int, float] = {}
         peak = 0
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from aioaccum._core.batch import RecordMetadata
+from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
 from aioaccum.producer import Producer
 
 POINTS = ("before", "metadata", "memory", "yield", "future")
@@ -82,7 +82,7 @@ class Tracker:
 @dataclass
 class StormResult:
     tasks: list[asyncio.Task[RecordMetadata]]
-    returned: dict[int, asyncio.Future[RecordMetadata]]
+    returned: dict[int, FutureRecordMetadata]
     cancelled_at: dict[int, str]
 
     def points(self) -> Counter[str]:
@@ -110,7 +110,7 @@ async def run_storm(
     rng = random.Random(seed)
     plan = {i: rng.choice(POINTS) for i in sorted(rng.sample(range(count), count // 2))}
     started: set[int] = set()
-    returned: dict[int, asyncio.Future[RecordMetadata]] = {}
+    returned: dict[int, FutureRecordMetadata] = {}
 
     async def one(i: int) -> RecordMetadata:
         started.add(i)

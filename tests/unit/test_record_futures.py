@@ -7,16 +7,16 @@ import contextvars
 import gc
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 import aioaccum
 from aioaccum import wait_all
-from aioaccum._core.batch import FutureRecordMetadata, ProducerBatch
+from aioaccum._core.batch import ProducerBatch
 from aioaccum._core.cluster import TopicPartition
-from aioaccum._core.futures import ProduceRequestResult, RecordMetadata
+from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult, RecordMetadata
 from aioaccum._core.records import MemoryRecordsBuilder
 from aioaccum.errors import BrokerError, DeliveryTimeoutError
 
@@ -76,7 +76,8 @@ async def test_is_an_asyncio_future_for_every_helper() -> None:
     loop.call_later(0.01, batch.complete, 10, -1)
     gathered = await asyncio.gather(*futures[:2])
     assert [m.offset for m in gathered] == [10, 11]
-    done, pending = await asyncio.wait([futures[2]])
+    # typeshed types asyncio.wait for asyncio.Future subclasses; at run time any future does.
+    done, pending = await asyncio.wait([futures[2]])  # type: ignore[type-var]
     assert done == {futures[2]}
     assert not pending
     assert (await asyncio.wait_for(futures[3], 1)).offset == 13
@@ -275,7 +276,8 @@ async def test_wait_all_with_return_exceptions_and_other_awaitables() -> None:
     loop.call_soon(ok.complete, 5, -1)
     loop.call_soon(bad.fail, BrokerError("boom", errno=2, retriable=False))
     loop.call_soon(plain.set_result, 9)
-    out = await wait_all([good, failed, plain], return_exceptions=True)  # type: ignore[list-item]
+    mixed: list[Awaitable[object]] = [good, failed, plain]
+    out = await wait_all(mixed, return_exceptions=True)
     assert out[0] == good.result()
     assert isinstance(out[1], BrokerError)
     assert out[2] == 9

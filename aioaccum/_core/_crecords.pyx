@@ -1,0 +1,789 @@
+"""Compiled twin of :class:`aioaccum._core.records.MemoryRecordsBuilder`.
+
+Design
+------
+The pure-Python builder in ``records.py`` is the reference: this class has its public API and,
+for every valid input, its exact bytes, return values, properties and exceptions, and
+``tests/core/test_parity_records.py`` drives the two side by side to keep it so.
+
+Only ``try_append`` (and ``append``, ``has_room_for``, ``is_full``, which share its arithmetic) is
+written for speed. When key and value are ``bytes`` or ``None`` and the headers a ``list`` or
+``tuple`` of ``(str, bytes | None)`` tuples, the record's size is computed first, the room rule
+applied, and the varints, key, value and headers are then written straight into the pooled buffer
+(or the spill buffer) with ``memcpy``: no intermediate ``bytes``, no per-record objects beyond
+the returned int. Any other argument types take a slow path that runs the same steps as the
+Python code, in the same order, so that odd inputs fail with the same exceptions.
+
+The buffers are held exactly as the Python builder holds them: one ``memoryview`` of the buffer
+being written (the pooled one, then the spill ``bytearray`` once the records outgrow it), which
+pins its size while the builder writes through a pointer taken from it, and is released at
+``close``. The pointer is used only for a 1-D, contiguous, writable, unsigned-byte view at least
+as long as the builder's capacity; anything else is written through the ``memoryview``, as in
+Python. The cold parts (closing, compression, the header and CRC, reading records back) are the
+Python code, written here with the same helpers (``codecs``, ``crc32c``, ``struct``).
+
+One difference is deliberate: timestamps, ``base_timestamp`` and ``write_limit`` are C
+``int64_t`` (the batch header's type), so a value that is not an int in that range raises
+``TypeError`` or ``OverflowError`` at the call, where the Python builder takes it and fails later
+(a timestamp in ``close``) or compares with it as it is (a float ``write_limit``).
+
+Built with ``boundscheck`` and ``wraparound`` off (see setup.py): every index below is either
+checked by hand or a non-negative slice bound.
+"""
+
+from cpython.buffer cimport PyBuffer_IsContiguous
+from cpython.bytes cimport (
+    PyBytes_AS_STRING,
+    PyBytes_CheckExact,
+    PyBytes_FromStringAndSize,
+    PyBytes_GET_SIZE,
+)
+from cpython.exc cimport PyErr_Clear
+from cpython.list cimport PyList_CheckExact
+from cpython.long cimport PyLong_CheckExact
+from cpython.memoryview cimport PyMemoryView_GET_BUFFER
+from cpython.number cimport PyNumber_Index
+from cpython.object cimport PyObject
+from cpython.sequence cimport PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
+from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.unicode cimport PyUnicode_CheckExact
+from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint64_t
+from libc.string cimport memcpy, strcmp
+
+import struct
+
+from crc32c import crc32c
+
+from aioaccum._core.codecs import (
+    COMPRESSION_RATE_ESTIMATION_FACTOR,
+    CompressionType,
+    compress,
+    decompress,
+    validate_compression_level,
+)
+from aioaccum._core.varint import VARINT_CACHE_SIZE, VARINTS, encode_varint
+
+
+cdef extern from "Python.h":
+    # The declaration in cpython.unicode raises; the scan below wants a NULL it can fall back on.
+    const char* _utf8_and_size "PyUnicode_AsUTF8AndSize" (object, Py_ssize_t*)
+
+
+__all__ = ["MemoryRecordsBuilder"]
+
+cdef enum:
+    _OVERHEAD = 61  # RECORD_BATCH_OVERHEAD
+    _CRC_OFFSET = 17
+    _ATTRIBUTES_OFFSET = 21
+    _LOG_OVERHEAD = 12
+    _MAGIC = 2
+    _TRANSACTIONAL_FLAG = 0x10
+    _NO_PRODUCER_ID = -1
+    _NO_PRODUCER_EPOCH = -1
+    _NO_SEQUENCE = -1
+    _NO_PARTITION_LEADER_EPOCH = -1
+
+# Estimates below this are truncated in C; beyond it (or NaN, inf) Python's int() does it, with
+# its exceptions. Far above any batch, and small enough that adding a record size cannot overflow.
+cdef double _C_TRUNCATABLE = 4611686018427387904.0  # 2**62
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC = struct.Struct(">I")
+_EMPTY_HEADERS = b"\x00"
+_NULL = b"\x01"
+
+# records.py imports this module (through aioaccum._speedups) when it ends, so it cannot be
+# imported here at load time; its pure-Python helpers are looked up on first use.
+cdef object _records_module = None
+
+
+cdef object _records():
+    global _records_module
+    if _records_module is None:
+        from aioaccum._core import records
+
+        _records_module = records
+    return _records_module
+
+
+# ----------------------------------------------------------------------------- C encoding
+
+cdef struct _Fields:
+    const char* key
+    Py_ssize_t key_len  # -1: null
+    const char* value
+    Py_ssize_t value_len
+    Py_ssize_t headers_size  # encoded headers, count varint included
+
+
+cdef inline uint64_t _zigzag(int64_t n) noexcept nogil:
+    return (<uint64_t>n << 1) ^ (<uint64_t>0 - <uint64_t>(n < 0))
+
+
+cdef inline Py_ssize_t _varint_size(uint64_t z) noexcept nogil:
+    cdef Py_ssize_t size = 1
+    while z >= 0x80:
+        z >>= 7
+        size += 1
+    return size
+
+
+cdef inline unsigned char* _put_varint(unsigned char* p, uint64_t z) noexcept nogil:
+    while z >= 0x80:
+        p[0] = <unsigned char>((z & 0x7F) | 0x80)
+        p += 1
+        z >>= 7
+    p[0] = <unsigned char>z
+    return p + 1
+
+
+cdef inline Py_ssize_t _field_size(Py_ssize_t length) noexcept nogil:
+    if length < 0:
+        return 1
+    return _varint_size(<uint64_t>length << 1) + length
+
+
+cdef inline unsigned char* _put_field(
+    unsigned char* p, const char* data, Py_ssize_t length
+) noexcept nogil:
+    if length < 0:
+        p[0] = 1  # zig-zag -1: null
+        return p + 1
+    p = _put_varint(p, <uint64_t>length << 1)
+    memcpy(p, data, length)
+    return p + length
+
+
+cdef Py_ssize_t _headers_size(object headers) noexcept:
+    """Encoded size of ``headers`` if all are of the C-encoded types, else -1."""
+    cdef Py_ssize_t count, i, size, length
+    cdef PyObject* item
+    cdef object name, value
+    if not (PyList_CheckExact(headers) or PyTuple_CheckExact(headers)):
+        return -1
+    count = PySequence_Fast_GET_SIZE(headers)
+    size = _varint_size(<uint64_t>count << 1)
+    i = 0
+    # The size is read again on every turn: the UTF-8 encoding below may allocate, and so run a
+    # garbage collection whose finalizers could change a list.
+    while i < PySequence_Fast_GET_SIZE(headers):
+        item = PySequence_Fast_GET_ITEM(headers, i)
+        if not PyTuple_CheckExact(<object>item) or PyTuple_GET_SIZE(<object>item) != 2:
+            return -1
+        name = <object>PyTuple_GET_ITEM(<object>item, 0)
+        value = <object>PyTuple_GET_ITEM(<object>item, 1)
+        if not PyUnicode_CheckExact(name) or _utf8_and_size(name, &length) == NULL:
+            PyErr_Clear()  # the slow path raises it again, from str.encode as Python does
+            return -1
+        size += _varint_size(<uint64_t>length << 1) + length
+        if value is None:
+            size += 1
+        elif PyBytes_CheckExact(value):
+            size += _field_size(PyBytes_GET_SIZE(value))
+        else:
+            return -1
+        i += 1
+    if i != count:
+        return -1
+    return size
+
+
+cdef unsigned char* _put_headers(
+    unsigned char* p, unsigned char* end, object headers
+) noexcept:
+    """Write what :func:`_headers_size` measured; NULL if the headers changed in between."""
+    cdef Py_ssize_t count = PySequence_Fast_GET_SIZE(headers)  # a list or tuple: measured
+    cdef Py_ssize_t i, length
+    cdef PyObject* item
+    cdef object name, value
+    cdef const char* data
+    if p + _varint_size(<uint64_t>count << 1) > end:
+        return NULL
+    p = _put_varint(p, <uint64_t>count << 1)
+    i = 0
+    while i < count:
+        # Everything is checked again: a finalizer run by an allocation between measuring and
+        # writing (a spill buffer) could have changed the list, and this writes through a pointer.
+        if i >= PySequence_Fast_GET_SIZE(headers):
+            return NULL
+        item = PySequence_Fast_GET_ITEM(headers, i)
+        if not PyTuple_CheckExact(<object>item) or PyTuple_GET_SIZE(<object>item) != 2:
+            return NULL
+        name = <object>PyTuple_GET_ITEM(<object>item, 0)
+        value = <object>PyTuple_GET_ITEM(<object>item, 1)
+        if not PyUnicode_CheckExact(name):
+            return NULL
+        data = _utf8_and_size(name, &length)
+        if data == NULL:
+            PyErr_Clear()
+            return NULL
+        if p + _field_size(length) > end:
+            return NULL
+        p = _put_field(p, data, length)
+        if value is None:
+            length = -1
+            data = NULL
+        elif PyBytes_CheckExact(value):
+            length = PyBytes_GET_SIZE(value)
+            data = PyBytes_AS_STRING(value)
+        else:
+            return NULL
+        if p + _field_size(length) > end:
+            return NULL
+        p = _put_field(p, data, length)
+        i += 1
+    return p
+
+
+cdef inline bint _scan(object key, object value, object headers, _Fields* f) noexcept:
+    """Fill ``f`` if every argument has a type the C encoder handles."""
+    if key is None:
+        f.key = NULL
+        f.key_len = -1
+    elif PyBytes_CheckExact(key):
+        f.key = PyBytes_AS_STRING(key)
+        f.key_len = PyBytes_GET_SIZE(key)
+    else:
+        return False
+    if value is None:
+        f.value = NULL
+        f.value_len = -1
+    elif PyBytes_CheckExact(value):
+        f.value = PyBytes_AS_STRING(value)
+        f.value_len = PyBytes_GET_SIZE(value)
+    else:
+        return False
+    if headers is None or (
+        (PyTuple_CheckExact(headers) or PyList_CheckExact(headers))
+        and PySequence_Fast_GET_SIZE(headers) == 0
+    ):
+        f.headers_size = 1
+        return True
+    f.headers_size = _headers_size(headers)
+    return f.headers_size >= 0
+
+
+cdef inline Py_ssize_t _body_size(int64_t delta, Py_ssize_t offset_delta, _Fields* f) noexcept:
+    return (
+        1  # attributes
+        + _varint_size(_zigzag(delta))
+        + _varint_size(<uint64_t>offset_delta << 1)
+        + _field_size(f.key_len)
+        + _field_size(f.value_len)
+        + f.headers_size
+    )
+
+
+cdef inline int64_t _int64(object n) except? -1:
+    # Cython's conversion (fast for small ints, OverflowError out of range) is applied only to
+    # ints: given anything else it would truncate a float, which Python's builder never takes.
+    if PyLong_CheckExact(n):
+        return n
+    return PyNumber_Index(n)
+
+
+cdef inline bint _delta_overflows(int64_t timestamp, int64_t base) noexcept nogil:
+    return (base < 0 and timestamp > INT64_MAX + base) or (
+        base > 0 and timestamp < INT64_MIN + base
+    )
+
+
+cdef bytes _encode_record(object delta, object n, object key, object value, object headers):
+    """The Python builder's encoding, step for step, for the argument types C does not take."""
+    cdef object size, key_len, value_len, body
+    if key is None:
+        key_len = _NULL
+        key = b""
+    else:
+        size = len(key)
+        key_len = VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size)
+    if value is None:
+        value_len = _NULL
+        value = b""
+    else:
+        size = len(value)
+        value_len = VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size)
+    body = b"".join(
+        (
+            b"\x00",
+            VARINTS[delta] if 0 <= delta < VARINT_CACHE_SIZE else encode_varint(delta),
+            VARINTS[n] if n < VARINT_CACHE_SIZE else encode_varint(n),
+            key_len,
+            key,
+            value_len,
+            value,
+            _records()._encode_headers(headers) if headers else _EMPTY_HEADERS,
+        )
+    )
+    size = len(body)
+    return (VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size)) + body
+
+
+cdef unsigned char* _put_record(
+    unsigned char* p,
+    unsigned char* end,
+    Py_ssize_t body,
+    int64_t delta,
+    Py_ssize_t offset_delta,
+    _Fields* f,
+    object headers,
+) noexcept:
+    """Write one record of ``end - p`` bytes; NULL if the headers no longer match their size."""
+    p = _put_varint(p, <uint64_t>body << 1)
+    p[0] = 0  # record attributes, unused
+    p = _put_varint(p + 1, _zigzag(delta))
+    p = _put_varint(p, <uint64_t>offset_delta << 1)
+    p = _put_field(p, f.key, f.key_len)
+    p = _put_field(p, f.value, f.value_len)
+    if f.headers_size == 1:
+        p[0] = 0  # no headers
+        p += 1
+    else:
+        p = _put_headers(p, end, headers)
+    if p != end:
+        return NULL
+    return p
+
+
+# ---------------------------------------------------------------------------------- builder
+
+cdef class MemoryRecordsBuilder:
+    """Builds one v2 record batch in a pooled buffer (Java's ``MemoryRecordsBuilder``).
+
+    The compiled implementation; see :class:`aioaccum._core.records.PyMemoryRecordsBuilder`
+    for the documentation of every method and property, which this class shares.
+    """
+
+    cdef object _buffer
+    cdef object _compression
+    cdef int _codec  # int(_compression): tested on every append
+    cdef object _level
+    cdef int64_t _write_limit
+    cdef int64_t _limit  # what appends are checked against; -1 once closed
+    cdef bint _base_from_first
+    cdef int64_t _base_timestamp
+    cdef int64_t _max_timestamp
+    cdef double _est_factor
+    cdef Py_ssize_t _num_records
+    cdef Py_ssize_t _pos
+    cdef object _view  # memoryview of the buffer being written: pins its size
+    cdef unsigned char* _data  # _view's bytes when they can be written directly, else NULL
+    cdef Py_ssize_t _capacity
+    cdef object _spill
+    cdef bint _appends_closed
+    cdef bint _closed
+    cdef object _out
+    cdef Py_ssize_t _size
+    cdef double _compression_ratio
+    cdef object _producer_id
+    cdef object _producer_epoch
+    cdef object _base_sequence
+    cdef object _is_transactional
+
+    def __init__(
+        self,
+        buffer,
+        *,
+        compression=CompressionType.NONE,
+        compression_level=None,
+        write_limit,
+        base_timestamp=None,
+        estimated_ratio=1.0,
+    ):
+        self._buffer = buffer
+        self._compression = CompressionType(compression)
+        self._level = validate_compression_level(self._compression, compression_level)
+        self._codec = self._compression
+        self._write_limit = _int64(write_limit)
+        self._limit = self._write_limit
+        self._base_from_first = base_timestamp is None
+        self._base_timestamp = 0 if base_timestamp is None else _int64(base_timestamp)
+        self._max_timestamp = -1
+        self._est_factor = estimated_ratio * COMPRESSION_RATE_ESTIMATION_FACTOR
+        self._num_records = 0
+        self._pos = _OVERHEAD
+        self._data = NULL  # until _point() has checked the new view
+        self._view = memoryview(buffer)
+        self._capacity = len(buffer)
+        self._point()
+        self._spill = None
+        self._appends_closed = False
+        self._closed = False
+        self._out = buffer
+        self._size = 0
+        self._compression_ratio = 1.0
+        self._producer_id = _NO_PRODUCER_ID
+        self._producer_epoch = _NO_PRODUCER_EPOCH
+        self._base_sequence = _NO_SEQUENCE
+        self._is_transactional = False
+        if self._capacity < _OVERHEAD:
+            self._grow(_OVERHEAD)
+
+    cdef void _point(self) noexcept:
+        """Write through a pointer only where Python's slice assignment would put the same bytes.
+
+        The memoryview keeps the memory alive and its size fixed for as long as it is ``_view``.
+        """
+        cdef Py_buffer* view = PyMemoryView_GET_BUFFER(self._view)
+        if (
+            not view.readonly
+            and view.ndim == 1
+            and view.itemsize == 1
+            and (view.format == NULL or strcmp(view.format, b"B") == 0)
+            and PyBuffer_IsContiguous(view, b"C")
+            and self._capacity <= view.len
+        ):
+            self._data = <unsigned char*>view.buf
+        else:
+            self._data = NULL
+
+    # ------------------------------------------------------------------------------ appending
+
+    def try_append(self, timestamp, key, value, headers):
+        """Append a record if it fits; return its offset delta, or -1 if it was not appended."""
+        return self._append(_int64(timestamp), key, value, headers, self._limit)
+
+    def append(self, timestamp, key, value, headers):
+        """Append a record without checking ``write_limit``; return its offset delta."""
+        if self._appends_closed:
+            raise RuntimeError("cannot append: the batch is closed for appends")
+        return self._append(_int64(timestamp), key, value, headers, INT64_MAX)
+
+    cdef Py_ssize_t _append(
+        self, int64_t timestamp, object key, object value, object headers, int64_t limit
+    ) except -2:
+        cdef Py_ssize_t n = self._num_records
+        cdef Py_ssize_t body, total, pos, end
+        cdef int64_t delta
+        cdef _Fields f
+        cdef unsigned char* start
+        cdef bytes record
+        if not n:
+            if self._appends_closed:
+                return -1
+            if self._base_from_first:
+                self._base_timestamp = timestamp
+        if _delta_overflows(timestamp, self._base_timestamp):
+            record = _encode_record(
+                <object>timestamp - <object>self._base_timestamp, n, key, value, headers
+            )
+            return self._append_encoded(timestamp, record, limit)
+        delta = timestamp - self._base_timestamp
+        if not _scan(key, value, headers, &f):
+            return self._append_encoded(
+                timestamp, _encode_record(delta, n, key, value, headers), limit
+            )
+        body = _body_size(delta, n, &f)
+        total = _varint_size(<uint64_t>body << 1) + body
+        pos = self._pos
+        end = pos + total
+        if not self._make_room(n, timestamp, pos, total, limit):
+            return -1
+        if self._data != NULL:
+            start = self._data + pos
+            if _put_record(start, start + total, body, delta, n, &f, headers) == NULL:
+                raise RuntimeError("headers changed while a record was being written")
+        else:
+            record = PyBytes_FromStringAndSize(NULL, total)
+            start = <unsigned char*>PyBytes_AS_STRING(record)
+            if _put_record(start, start + total, body, delta, n, &f, headers) == NULL:
+                raise RuntimeError("headers changed while a record was being written")
+            self._view[pos:end] = record
+        self._pos = end
+        self._num_records = n + 1
+        return n
+
+    cdef Py_ssize_t _append_encoded(
+        self, int64_t timestamp, bytes record, int64_t limit
+    ) except -2:
+        cdef Py_ssize_t n = self._num_records
+        cdef Py_ssize_t pos = self._pos
+        cdef Py_ssize_t total = PyBytes_GET_SIZE(record)
+        if not self._make_room(n, timestamp, pos, total, limit):
+            return -1
+        if self._data != NULL:
+            memcpy(self._data + pos, PyBytes_AS_STRING(record), total)
+        else:
+            self._view[pos : pos + total] = record
+        self._pos = pos + total
+        self._num_records = n + 1
+        return n
+
+    cdef int _make_room(
+        self, Py_ssize_t n, int64_t timestamp, Py_ssize_t pos, Py_ssize_t total, int64_t limit
+    ) except -1:
+        """Apply the room rule; if the record goes in, update max_timestamp and spill if needed.
+
+        Returns 1 when the record goes in, 0 when it does not.
+        """
+        cdef double estimate
+        if n:
+            if self._codec:
+                estimate = (pos - _OVERHEAD) * self._est_factor
+                if -_C_TRUNCATABLE < estimate < _C_TRUNCATABLE:
+                    if _OVERHEAD + <int64_t>estimate + total > limit:
+                        return 0
+                elif _OVERHEAD + int(<object>estimate) + total > limit:
+                    return 0
+            elif pos + total > limit:
+                return 0
+            if timestamp > self._max_timestamp:
+                self._max_timestamp = timestamp
+        else:
+            self._max_timestamp = timestamp
+        if pos + total > self._capacity:
+            self._grow(pos + total)
+        return 1
+
+    def has_room_for(self, timestamp, key, value, headers):
+        """Whether :meth:`try_append` would accept this record (Java's ``hasRoomFor``)."""
+        cdef Py_ssize_t n, body
+        cdef int64_t ts = _int64(timestamp)
+        cdef int64_t base = self._base_timestamp
+        cdef _Fields f
+        if self._appends_closed:
+            return False
+        n = self._num_records
+        if not n:
+            return True
+        # None headers are no headers to try_append (it tests their truth) but an error to
+        # Python's size function (it takes their len): that one runs for them.
+        if headers is not None and not _delta_overflows(ts, base) and _scan(
+            key, value, headers, &f
+        ):
+            body = _body_size(ts - base, n, &f)
+            size = _varint_size(<uint64_t>body << 1) + body
+        else:
+            size = _records().record_size_in_bytes(
+                n, <object>ts - <object>base, key, value, headers
+            )
+        return self._estimated_bytes_written() + size <= self._write_limit
+
+    cdef object _estimated_bytes_written(self):
+        cdef double estimate
+        if self._codec:
+            estimate = (self._pos - _OVERHEAD) * self._est_factor
+            if -_C_TRUNCATABLE < estimate < _C_TRUNCATABLE:
+                return _OVERHEAD + <int64_t>estimate
+            return _OVERHEAD + int(<object>estimate)
+        return self._pos
+
+    cdef int _grow(self, Py_ssize_t needed) except -1:
+        """Move the written bytes to a larger spill buffer; the pooled one is left as it is."""
+        cdef Py_ssize_t capacity = max(
+            needed, self._capacity + (self._capacity >> 1), <Py_ssize_t>_OVERHEAD
+        )
+        cdef Py_ssize_t kept = min(self._pos, self._capacity)
+        spill = bytearray(capacity)
+        spill[:kept] = self._view[:kept]
+        self._spill = spill
+        self._data = NULL
+        self._view = memoryview(spill)
+        self._capacity = capacity
+        self._point()
+        return 0
+
+    def set_estimated_compression_ratio(self, ratio):
+        """Replace the compression-ratio estimate used by the room checks."""
+        self._est_factor = ratio * COMPRESSION_RATE_ESTIMATION_FACTOR
+
+    # ------------------------------------------------------------------------------- closing
+
+    def close_for_record_appends(self):
+        """Refuse further appends, without building the batch yet."""
+        self._appends_closed = True
+        self._limit = -1
+
+    def set_producer_state(self, producer_id, producer_epoch, base_sequence, is_transactional=False):
+        """Set the idempotence/transaction fields of the header (rewritten if already closed)."""
+        if is_transactional and producer_id == _NO_PRODUCER_ID:
+            raise ValueError("a transactional batch needs a producer id")
+        if producer_id != _NO_PRODUCER_ID:
+            if producer_epoch == _NO_PRODUCER_EPOCH:
+                raise ValueError(f"invalid producer epoch {producer_epoch} for a producer id")
+            if base_sequence < 0:
+                raise ValueError(f"invalid base sequence {base_sequence} for a producer id")
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+        self._is_transactional = is_transactional
+        if self._closed and self._num_records:
+            self._write_header()
+
+    def close(self):
+        """Finish the batch: compress if configured, then write the header and CRC."""
+        if self._closed:
+            return
+        self.close_for_record_appends()
+        if not self._num_records:
+            self._release()
+            self._out = self._buffer
+            self._size = 0
+            self._closed = True
+            return
+        pos = self._pos
+        if self._codec:
+            uncompressed = pos - _OVERHEAD
+            compressed = compress(self._compression, self._view[_OVERHEAD:pos], self._level)
+            size = _OVERHEAD + len(compressed)
+            out = self._buffer if size <= len(self._buffer) else bytearray(size)
+            memoryview(out)[_OVERHEAD:size] = compressed
+            self._compression_ratio = len(compressed) / uncompressed
+            self._spill = None
+        else:
+            out = self._buffer if self._spill is None else self._spill
+            size = pos
+        # Drop the export that pinned the buffer's size; the bytes are final from here on.
+        self._release()
+        self._out = out
+        self._size = size
+        self._closed = True
+        self._write_header()
+
+    cdef void _release(self) except *:
+        self._data = NULL
+        self._view.release()
+
+    cdef _write_header(self):
+        out = self._out
+        size = self._size
+        attributes = int(self._compression)
+        if self._is_transactional:
+            attributes |= _TRANSACTIONAL_FLAG
+        _HEADER.pack_into(
+            out,
+            0,
+            0,  # base offset: the broker assigns offsets
+            size - _LOG_OVERHEAD,
+            _NO_PARTITION_LEADER_EPOCH,
+            _MAGIC,
+            0,  # crc, filled in below once everything it covers is in place
+            attributes,
+            self._num_records - 1,
+            self._base_timestamp,
+            self._max_timestamp,
+            self._producer_id,
+            self._producer_epoch,
+            self._base_sequence,
+            self._num_records,
+        )
+        _CRC.pack_into(out, _CRC_OFFSET, crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:size]))
+
+    def build(self):
+        """Close if needed and return a view of exactly the batch's bytes."""
+        self.close()
+        return memoryview(self._out)[: self._size]
+
+    # ------------------------------------------------------------------------------- reading
+
+    def iter_records(self):
+        """Yield the appended records in order, decoded from the written bytes."""
+        if self._closed:
+            if not self._size:
+                return
+            section = bytes(memoryview(self._out)[_OVERHEAD : self._size])
+            if self._codec:
+                section = decompress(self._compression, section)
+        else:
+            section = bytes(self._view[_OVERHEAD : self._pos])
+        base = self._base_timestamp
+        decode = _records()._decode_record
+        pos = 0
+        for _ in range(self._num_records):
+            record, pos = decode(section, pos, base)
+            yield record
+
+    # ---------------------------------------------------------------------------- properties
+
+    @property
+    def buffer(self):
+        """The pooled buffer given at construction (return this one to the pool)."""
+        return self._buffer
+
+    @property
+    def compression(self):
+        """The batch's codec."""
+        return self._compression
+
+    @property
+    def write_limit(self):
+        """The size appends are checked against (``batch_size``)."""
+        return self._write_limit
+
+    @property
+    def num_records(self):
+        """Records appended so far."""
+        return self._num_records
+
+    @property
+    def base_timestamp(self):
+        """The timestamp deltas are relative to (0 before the first record, if none was given)."""
+        return self._base_timestamp
+
+    @property
+    def max_timestamp(self):
+        """Largest record timestamp (-1 before the first record)."""
+        return self._max_timestamp
+
+    @property
+    def uncompressed_size(self):
+        """Header plus records before compression (Java's ``uncompressedBytesWritten``)."""
+        return self._pos
+
+    @property
+    def estimated_size_in_bytes(self):
+        """Exact size once closed; before that, the (estimated, if compressed) size so far."""
+        return self._size if self._closed else self._estimated_bytes_written()
+
+    @property
+    def compression_ratio(self):
+        """Compressed / uncompressed records size after :meth:`close` (1.0 until then)."""
+        return self._compression_ratio
+
+    @property
+    def is_full(self):
+        """Closed for appends, or holding records and at or over ``write_limit`` (estimated)."""
+        cdef double estimate
+        if self._appends_closed:
+            return True
+        if not self._num_records:
+            return False
+        if self._codec:
+            estimate = (self._pos - _OVERHEAD) * self._est_factor
+            if -_C_TRUNCATABLE < estimate < _C_TRUNCATABLE:
+                return self._write_limit <= _OVERHEAD + <int64_t>estimate
+            return self._write_limit <= _OVERHEAD + int(<object>estimate)
+        return self._write_limit <= self._pos
+
+    @property
+    def is_closed(self):
+        """Whether :meth:`close` has built the batch."""
+        return self._closed
+
+    @property
+    def producer_id(self):
+        """Producer id in the header (-1 without idempotence)."""
+        return self._producer_id
+
+    @property
+    def producer_epoch(self):
+        """Producer epoch in the header (-1 without idempotence)."""
+        return self._producer_epoch
+
+    @property
+    def base_sequence(self):
+        """Sequence number of the first record (-1 without idempotence)."""
+        return self._base_sequence
+
+    @property
+    def is_transactional(self):
+        """Whether the transactional attribute bit is set."""
+        return self._is_transactional
+
+    def __repr__(self):
+        state = "closed" if self._closed else "full" if self.is_full else "open"
+        return (
+            f"<MemoryRecordsBuilder {state} records={self._num_records} "
+            f"bytes={self.estimated_size_in_bytes} limit={self._write_limit} "
+            f"compression={self._compression.kafka_name}>"
+        )

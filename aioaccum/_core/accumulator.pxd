@@ -1,0 +1,42 @@
+# Compiled declarations for accumulator.py; see futures.pxd.
+cimport cython
+from aioaccum._core.batch cimport ProducerBatch
+from aioaccum._core.futures cimport FutureRecordMetadata
+from aioaccum._core.partitioner cimport BuiltInPartitioner
+
+
+cdef class RecordAccumulator:
+    cdef public object _pool
+    cdef public BuiltInPartitioner _partitioner
+    cdef public bint _adaptive
+    cdef public object _custom
+    cdef public bint _ignore_keys
+    cdef public object _loop
+    cdef public object _wakeup
+    cdef public dict _tps
+    cdef public long long batches_created
+    cdef public object fatal_error
+    cdef public object _txn
+    cdef public Py_ssize_t _batch_size
+    cdef public double _linger
+    cdef public double _delivery_timeout
+    cdef public object _compression
+    cdef public object _compression_level
+    cdef public object _estimator
+    cdef public dict _batches
+    cdef public set _incomplete
+    cdef public set _muted
+    cdef public dict _drain_index
+    cdef public Py_ssize_t _flushes_in_progress
+    cdef public bint _closed
+
+    @cython.locals(
+        last=ProducerBatch, batch=ProducerBatch, future=FutureRecordMetadata, full=cython.bint,
+        sticky=cython.bint, tps=list, dq=object,
+    )
+    cpdef object append(
+        self, str topic, partition, timestamp, key, value, headers, Py_ssize_t record_size,
+        partitions, cluster, double now, granted=*
+    )
+
+    cpdef _sticky_appended(self, str topic, partition, Py_ssize_t size, bint full)

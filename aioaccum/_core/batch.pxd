@@ -1,0 +1,26 @@
+# Compiled declarations for batch.py; see futures.pxd.
+cimport cython
+from aioaccum._core.futures cimport FutureRecordMetadata, ProduceRequestResult
+
+
+cdef class ProducerBatch:
+    cdef public object _final_state
+    cdef public list _futures
+    cdef public list _runs
+    cdef public long long attempts
+    cdef public double backoff
+    cdef public long long base_sequence
+    cdef public object buffer
+    cdef public object builder
+    cdef public bint closed
+    cdef public double created
+    cdef public double drained
+    cdef public bint from_pool
+    cdef public bint in_retry
+    cdef public double last_attempt
+    cdef public ProduceRequestResult result
+    cdef public object split_into
+    cdef public object tp
+
+    @cython.locals(future=FutureRecordMetadata, delta=Py_ssize_t)
+    cpdef FutureRecordMetadata try_append(self, timestamp, key, value, headers)

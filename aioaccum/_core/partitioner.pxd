@@ -1,0 +1,23 @@
+# Compiled declarations for partitioner.py; see futures.pxd.
+cimport cython
+
+cdef class _TopicState:
+    cdef public object partition
+    cdef public long long produced
+    cdef public object queue_sizes
+    cdef public frozenset excluded
+
+
+cdef class BuiltInPartitioner:
+    cdef public Py_ssize_t _sticky_batch_size
+    cdef public bint _adaptive
+    cdef public object _rng
+    cdef public dict _topics
+
+    @cython.locals(state=_TopicState)
+    cpdef object partition(self, str topic, cluster)
+
+    @cython.locals(state=_TopicState, produced=cython.longlong, limit=cython.longlong)
+    cpdef bint update_partition_info(
+        self, str topic, partition, Py_ssize_t appended_bytes, bint enable_switch=*
+    )

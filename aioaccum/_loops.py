@@ -1,0 +1,41 @@
+"""Which event loop aioaccum makes when it makes one: uvloop where installed, else asyncio's.
+
+This applies only where aioaccum itself creates the loop: the command line and
+:class:`~aioaccum.sync.SyncProducer`'s background thread (the Spark sink's own loop, in
+``_spark_rows``, makes the same choice). A :class:`~aioaccum.Producer` that a
+caller starts runs on the caller's own loop, whatever it is. aioaccum never installs an
+event-loop policy and never replaces a loop it did not make.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+__all__ = ["LoopFactory", "default_loop_factory", "describe_loop"]
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def default_loop_factory() -> LoopFactory:
+    """Return ``uvloop.new_event_loop`` if uvloop can be imported, else ``asyncio.new_event_loop``.
+
+    uvloop is a dependency everywhere except on Windows, where it does not exist.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
+
+
+def describe_loop(loop: asyncio.AbstractEventLoop) -> str:
+    """Name the kind of loop, e.g. ``"uvloop 0.23.0"`` or ``"asyncio (_UnixSelectorEventLoop)"``."""
+    kind = type(loop)
+    if kind.__module__.split(".", 1)[0] == "uvloop":
+        from importlib.metadata import version
+
+        return f"uvloop {version('uvloop')}"
+    if kind.__module__.split(".", 1)[0] == "asyncio":
+        return f"asyncio ({kind.__name__})"
+    return f"{kind.__module__}.{kind.__qualname__}"

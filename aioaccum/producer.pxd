@@ -1,0 +1,27 @@
+# Compiled declarations for producer.py; see _core/futures.pxd.
+cimport cython
+from aioaccum._core.accumulator cimport RecordAccumulator
+
+
+cdef class Producer:
+    cdef public object _config
+    cdef public object _kafka_override
+    cdef public object _kafka
+    cdef public object _pool
+    cdef public RecordAccumulator _acc
+    cdef public object _sender
+    cdef public object _sender_task
+    cdef public object _metrics
+    cdef public object _partitioner
+    cdef public bint _closed
+    cdef public bint _started
+    cdef public Py_ssize_t _max_record_size
+    cdef public bint _sticky
+    cdef public object _loop
+    cdef public object _parts
+    cdef public object _key_serializer
+    cdef public object _value_serializer
+    cdef public bint _ignore_keys
+    cdef public double _max_block_ms
+    cdef public long long _batches_seen
+    cdef object __weakref__

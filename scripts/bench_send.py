@@ -1,0 +1,161 @@
+"""The producer's own cost per record, with no network: each way of sending and of waiting.
+
+Prints figures; it is not a test. The broker is an adapter that acknowledges every request at
+once, so what is measured is aioaccum alone: ``send()``, the accumulator, the sender's loop, batch
+completion and the record futures, on one event loop (uvloop unless ``--asyncio``).
+
+    .venv/bin/python scripts/bench_send.py [--records N] [--value-size B] [--mode MODE ...]
+    .venv/bin/python scripts/bench_send.py --profile --mode wait_all   # cProfile, top 20
+
+Modes: ``await_each`` (``await fut`` for every kept future, in order, dropping each metadata
+once read), ``gather``
+(``asyncio.gather`` over the kept futures), ``wait_all`` (``aioaccum.wait_all``), ``send_many``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import pstats
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import uvloop
+
+import aioaccum
+from aioaccum import Producer
+from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum._kafka import PartitionResponse
+from aioaccum._speedups import describe
+
+MODES = ("await_each", "gather", "wait_all", "send_many")
+TOPIC = "bench"
+
+
+class InstantKafka:
+    """A broker adapter that acknowledges every batch at once, with offsets per partition."""
+
+    def __init__(self, partitions: int) -> None:
+        self.cluster = StaticCluster.uniform({TOPIC: partitions}, nodes=1)
+        self.offsets: dict[TopicPartition, int] = {}
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    def leader_for(self, tp: TopicPartition) -> int | None:
+        return self.cluster.leader_for(tp)
+
+    def partitions_for_node(self, node: int) -> Sequence[TopicPartition]:
+        return self.cluster.partitions_for_node(node)
+
+    def partitions_for_topic(self, topic: str) -> Sequence[int] | None:
+        return self.cluster.partitions_for_topic(topic)
+
+    def available_partitions_for_topic(self, topic: str) -> Sequence[int]:
+        return self.cluster.available_partitions_for_topic(topic)
+
+    def request_metadata_update(self, topics: Sequence[str] = ()) -> None:
+        pass
+
+    async def wait_for_topic(self, topic: str, timeout: float) -> Sequence[int]:
+        return self.cluster.partitions_for_topic(topic) or []
+
+    async def produce(
+        self,
+        node: int,
+        *,
+        acks: int,
+        timeout_ms: int,
+        batches: Sequence[tuple[TopicPartition, memoryview]],
+    ) -> dict[TopicPartition, PartitionResponse]:
+        out = {}
+        for tp, data in batches:
+            count = int.from_bytes(data[57:61], "big")
+            base = self.offsets.get(tp, 0)
+            self.offsets[tp] = base + count
+            out[tp] = PartitionResponse(None, base, -1)
+        return out
+
+    async def init_producer_id(self) -> tuple[int, int]:
+        return 1000, 0
+
+
+async def run(mode: str, records: int, value_size: int, partitions: int) -> tuple[float, float]:
+    """Seconds of process CPU and of wall time for ``records`` sent and waited for."""
+    value = b"x" * value_size
+    kafka = InstantKafka(partitions)
+    async with Producer(kafka=kafka, acks=1, enable_idempotence=False, linger_ms=5) as producer:
+        cpu, wall = time.process_time(), time.perf_counter()
+        if mode == "send_many":
+            chunk = 10_000
+            waits = []
+            for start in range(0, records, chunk):
+                n = min(chunk, records - start)
+                waits.append(await producer.send_many(TOPIC, [value] * n))
+            out: list[Any] = [m for w in waits for m in await w]
+        else:
+            send = producer.send
+            futures = [await send(TOPIC, value) for _ in range(records)]
+            if mode == "await_each":
+                # Each metadata is read and dropped, as a caller checking every record would.
+                out = []
+                for f in futures:
+                    await f
+                    out.append(None)
+            elif mode == "gather":
+                out = await asyncio.gather(*futures)
+            else:
+                out = await aioaccum.wait_all(futures)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    if len(out) != records or sum(kafka.offsets.values()) != records:
+        raise SystemExit(f"{mode}: {len(out)} results, {sum(kafka.offsets.values())} acked")
+    return cpu, wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--value-size", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--mode", nargs="*", choices=MODES, default=list(MODES))
+    parser.add_argument("--asyncio", action="store_true", help="the stdlib loop, not uvloop")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    loop_factory = asyncio.new_event_loop if args.asyncio else uvloop.new_event_loop
+    if len(args.mode) > 1:
+        # One process per mode, so each peak RSS is its own.
+        print(f"hot path: {describe()}; loop: {'asyncio' if args.asyncio else 'uvloop'}")
+        rest = [a for a in sys.argv[1:] if a not in args.mode and a != "--mode"]
+        for mode in args.mode:
+            subprocess.run([sys.executable, __file__, "--mode", mode, *rest], check=True)
+        return
+    for mode in args.mode:
+        gc.collect()
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            coro = run(mode, args.records, args.value_size, args.partitions)
+            if args.profile:
+                profiler = cProfile.Profile()
+                profiler.enable()
+                cpu, wall = runner.run(coro)
+                profiler.disable()
+                pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(20)
+            else:
+                cpu, wall = runner.run(coro)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(
+            f"{mode:>10}: {args.records / wall:>10,.0f} records/s, "
+            f"{cpu / args.records * 1e6:5.2f} us CPU/record, peak RSS {rss:,.0f} MiB"
+        )
+
+
+if __name__ == "__main__":
+    main()
