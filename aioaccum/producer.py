@@ -208,14 +208,14 @@ class Producer:
         """Raise instead of deadlocking when the sender's own tasks would wait for the sender.
 
         Code in the network adapter runs in those tasks; a task it starts is not one of them
-        (it carries the context, but its coroutine is not a Sender method) and may wait.
+        (it carries the context, but the sender does not own it) and may wait.
         """
         if _SENDER_OF.get() is not self:
             return
         task = asyncio.current_task()
-        code = getattr(task.get_coro() if task is not None else None, "cr_code", None)
-        if task is self._sender_task or (
-            code is not None and code.co_qualname.startswith(f"{Sender.__name__}.")
+        sender = self._sender
+        if task is not None and (
+            task is self._sender_task or (sender is not None and sender.owns(task))
         ):
             raise RuntimeError(
                 f"producer.{what}() was called from one of the producer's own sender tasks "

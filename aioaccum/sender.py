@@ -24,7 +24,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aioaccum._core.accumulator import RecordAccumulator
 from aioaccum._core.batch import ProducerBatch
@@ -151,6 +151,10 @@ class Sender:
     @property
     def fatal_error(self) -> BaseException | None:
         return self._fatal
+
+    def owns(self, task: asyncio.Task[Any]) -> bool:
+        """Whether ``task`` is one the sender started (a request, or InitProducerId)."""
+        return task in self._request_tasks or task is self._init_task
 
     def _set_fatal(self, error: BaseException) -> None:
         self._fatal = error
