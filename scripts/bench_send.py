@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import uvloop
@@ -34,40 +35,21 @@ from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._kafka import PartitionResponse
 from aioaccum._speedups import describe
 
+# The fake broker adapter of the unit tests, which this script shares.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from unit.fake_kafka import FakeKafka
+
 MODES = ("await_each", "gather", "wait_all", "send_many")
 TOPIC = "bench"
 
 
-class InstantKafka:
-    """A broker adapter that acknowledges every batch at once, with offsets per partition."""
+class InstantKafka(FakeKafka):
+    """The test suite's fake broker, but acknowledging every batch at once without decoding it,
+    with offsets per partition."""
 
     def __init__(self, partitions: int) -> None:
-        self.cluster = StaticCluster.uniform({TOPIC: partitions}, nodes=1)
+        super().__init__(StaticCluster.uniform({TOPIC: partitions}, nodes=1))
         self.offsets: dict[TopicPartition, int] = {}
-
-    async def start(self) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
-
-    def leader_for(self, tp: TopicPartition) -> int | None:
-        return self.cluster.leader_for(tp)
-
-    def partitions_for_node(self, node: int) -> Sequence[TopicPartition]:
-        return self.cluster.partitions_for_node(node)
-
-    def partitions_for_topic(self, topic: str) -> Sequence[int] | None:
-        return self.cluster.partitions_for_topic(topic)
-
-    def available_partitions_for_topic(self, topic: str) -> Sequence[int]:
-        return self.cluster.available_partitions_for_topic(topic)
-
-    def request_metadata_update(self, topics: Sequence[str] = ()) -> None:
-        pass
-
-    async def wait_for_topic(self, topic: str, timeout: float) -> Sequence[int]:
-        return self.cluster.partitions_for_topic(topic) or []
 
     async def produce(
         self,
@@ -84,9 +66,6 @@ class InstantKafka:
             self.offsets[tp] = base + count
             out[tp] = PartitionResponse(None, base, -1)
         return out
-
-    async def init_producer_id(self) -> tuple[int, int]:
-        return 1000, 0
 
 
 async def run(mode: str, records: int, value_size: int, partitions: int) -> tuple[float, float]:

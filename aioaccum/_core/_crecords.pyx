@@ -19,8 +19,8 @@ being written (the pooled one, then the spill ``bytearray`` once the records out
 pins its size while the builder writes through a pointer taken from it, and is released at
 ``close``. The pointer is used only for a 1-D, contiguous, writable, unsigned-byte view at least
 as long as the builder's capacity; anything else is written through the ``memoryview``, as in
-Python. The cold parts (closing, compression, the header and CRC, reading records back) are the
-Python code, written here with the same helpers (``codecs``, ``crc32c``, ``struct``).
+Python. The cold parts (closing, compression, the header and CRC, reading records back) call the
+same module-level functions of records.py as the Python builder does.
 
 One difference is deliberate: timestamps, ``base_timestamp`` and ``write_limit`` are C
 ``int64_t`` (the batch header's type), so a value that is not an int in that range raises
@@ -50,15 +50,9 @@ from cpython.unicode cimport PyUnicode_CheckExact
 from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint64_t
 from libc.string cimport memcpy, strcmp
 
-import struct
-
-from crc32c import crc32c
-
 from aioaccum._core.codecs import (
     COMPRESSION_RATE_ESTIMATION_FACTOR,
     CompressionType,
-    compress,
-    decompress,
     validate_compression_level,
 )
 from aioaccum._core.varint import VARINT_CACHE_SIZE, VARINTS, encode_varint
@@ -73,22 +67,14 @@ __all__ = ["MemoryRecordsBuilder"]
 
 cdef enum:
     _OVERHEAD = 61  # RECORD_BATCH_OVERHEAD
-    _CRC_OFFSET = 17
-    _ATTRIBUTES_OFFSET = 21
-    _LOG_OVERHEAD = 12
-    _MAGIC = 2
-    _TRANSACTIONAL_FLAG = 0x10
     _NO_PRODUCER_ID = -1
     _NO_PRODUCER_EPOCH = -1
     _NO_SEQUENCE = -1
-    _NO_PARTITION_LEADER_EPOCH = -1
 
 # Estimates below this are truncated in C; beyond it (or NaN, inf) Python's int() does it, with
 # its exceptions. Far above any batch, and small enough that adding a record size cannot overflow.
 cdef double _C_TRUNCATABLE = 4611686018427387904.0  # 2**62
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_CRC = struct.Struct(">I")
 _EMPTY_HEADERS = b"\x00"
 _NULL = b"\x01"
 
@@ -596,13 +582,9 @@ cdef class MemoryRecordsBuilder:
 
     def set_producer_state(self, producer_id, producer_epoch, base_sequence, is_transactional=False):
         """Set the idempotence/transaction fields of the header (rewritten if already closed)."""
-        if is_transactional and producer_id == _NO_PRODUCER_ID:
-            raise ValueError("a transactional batch needs a producer id")
-        if producer_id != _NO_PRODUCER_ID:
-            if producer_epoch == _NO_PRODUCER_EPOCH:
-                raise ValueError(f"invalid producer epoch {producer_epoch} for a producer id")
-            if base_sequence < 0:
-                raise ValueError(f"invalid base sequence {base_sequence} for a producer id")
+        _records().validate_producer_state(
+            producer_id, producer_epoch, base_sequence, is_transactional
+        )
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
@@ -623,12 +605,9 @@ cdef class MemoryRecordsBuilder:
             return
         pos = self._pos
         if self._codec:
-            uncompressed = pos - _OVERHEAD
-            compressed = compress(self._compression, self._view[_OVERHEAD:pos], self._level)
-            size = _OVERHEAD + len(compressed)
-            out = self._buffer if size <= len(self._buffer) else bytearray(size)
-            memoryview(out)[_OVERHEAD:size] = compressed
-            self._compression_ratio = len(compressed) / uncompressed
+            out, size, self._compression_ratio = _records().compress_records(
+                self._compression, self._level, self._view, pos, self._buffer
+            )
             self._spill = None
         else:
             out = self._buffer if self._spill is None else self._spill
@@ -645,29 +624,18 @@ cdef class MemoryRecordsBuilder:
         self._view.release()
 
     cdef _write_header(self):
-        out = self._out
-        size = self._size
-        attributes = int(self._compression)
-        if self._is_transactional:
-            attributes |= _TRANSACTIONAL_FLAG
-        _HEADER.pack_into(
-            out,
-            0,
-            0,  # base offset: the broker assigns offsets
-            size - _LOG_OVERHEAD,
-            _NO_PARTITION_LEADER_EPOCH,
-            _MAGIC,
-            0,  # crc, filled in below once everything it covers is in place
-            attributes,
-            self._num_records - 1,
+        _records().write_batch_header(
+            self._out,
+            self._size,
+            self._compression,
+            self._is_transactional,
+            self._num_records,
             self._base_timestamp,
             self._max_timestamp,
             self._producer_id,
             self._producer_epoch,
             self._base_sequence,
-            self._num_records,
         )
-        _CRC.pack_into(out, _CRC_OFFSET, crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:size]))
 
     def build(self):
         """Close if needed and return a view of exactly the batch's bytes."""
@@ -681,17 +649,10 @@ cdef class MemoryRecordsBuilder:
         if self._closed:
             if not self._size:
                 return
-            section = bytes(memoryview(self._out)[_OVERHEAD : self._size])
-            if self._codec:
-                section = decompress(self._compression, section)
+            section = _records().closed_section(self._compression, self._out, self._size)
         else:
             section = bytes(self._view[_OVERHEAD : self._pos])
-        base = self._base_timestamp
-        decode = _records()._decode_record
-        pos = 0
-        for _ in range(self._num_records):
-            record, pos = decode(section, pos, base)
-            yield record
+        yield from _records().decode_records(section, self._num_records, self._base_timestamp)
 
     # ---------------------------------------------------------------------------- properties
 

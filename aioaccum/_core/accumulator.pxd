@@ -32,11 +32,14 @@ cdef class RecordAccumulator:
 
     @cython.locals(
         last=ProducerBatch, batch=ProducerBatch, future=FutureRecordMetadata, full=cython.bint,
-        sticky=cython.bint, tps=list, dq=object,
+        sticky=cython.bint, dq=object,
     )
     cpdef object append(
         self, str topic, partition, timestamp, key, value, headers, Py_ssize_t record_size,
         partitions, cluster, double now, granted=*
     )
+
+    @cython.locals(tps=list)
+    cpdef object _topic_partition(self, str topic, partition, partitions)
 
     cpdef _sticky_appended(self, str topic, partition, Py_ssize_t size, bint full)

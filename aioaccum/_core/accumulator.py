@@ -221,10 +221,7 @@ class RecordAccumulator:
         else:
             chosen = self._partitioner.partition(topic, cluster)
             sticky = True
-        tps = self._tps.get(topic)
-        if tps is None or len(tps) <= chosen:
-            tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(len(partitions))]
-        tp = tps[chosen]
+        tp = self._topic_partition(topic, chosen, partitions)
         dq = self._batches.get(tp)
         future = None
         if dq:
@@ -261,6 +258,15 @@ class RecordAccumulator:
         if sticky:
             self._sticky_appended(topic, chosen, record_size - RECORD_BATCH_OVERHEAD, full)
         return future
+
+    def _topic_partition(
+        self, topic: str, partition: int, partitions: Sequence[int]
+    ) -> TopicPartition:
+        """The topic-partition key, made once per partition rather than once per record."""
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) <= partition:
+            tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(len(partitions))]
+        return tps[partition]
 
     def _sticky_appended(self, topic: str, partition: int, size: int, full: bool) -> None:
         if self._partitioner.update_partition_info(topic, partition, size, full) and self._adaptive:
@@ -302,10 +308,7 @@ class RecordAccumulator:
         else:
             chosen = self._partitioner.partition(topic, cluster)
             sticky = True
-        tps = self._tps.get(topic)
-        if tps is None or len(tps) <= chosen:
-            tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(len(partitions))]
-        dq = self._batches.get(tps[chosen])
+        dq = self._batches.get(self._topic_partition(topic, chosen, partitions))
         if not dq:
             return 0
         last = dq[-1]

@@ -414,13 +414,7 @@ class MemoryRecordsBuilder:
         Raises:
             ValueError: The combination is one Kafka rejects (as Java's validateProducerState).
         """
-        if is_transactional and producer_id == NO_PRODUCER_ID:
-            raise ValueError("a transactional batch needs a producer id")
-        if producer_id != NO_PRODUCER_ID:
-            if producer_epoch == NO_PRODUCER_EPOCH:
-                raise ValueError(f"invalid producer epoch {producer_epoch} for a producer id")
-            if base_sequence < 0:
-                raise ValueError(f"invalid base sequence {base_sequence} for a producer id")
+        validate_producer_state(producer_id, producer_epoch, base_sequence, is_transactional)
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
@@ -445,14 +439,9 @@ class MemoryRecordsBuilder:
             return
         pos = self._pos
         if self._compression:
-            uncompressed = pos - RECORD_BATCH_OVERHEAD
-            compressed = compress(
-                self._compression, self._view[RECORD_BATCH_OVERHEAD:pos], self._level
+            out, size, self._compression_ratio = compress_records(
+                self._compression, self._level, self._view, pos, self._buffer
             )
-            size = RECORD_BATCH_OVERHEAD + len(compressed)
-            out = self._buffer if size <= len(self._buffer) else bytearray(size)
-            memoryview(out)[RECORD_BATCH_OVERHEAD:size] = compressed
-            self._compression_ratio = len(compressed) / uncompressed
             self._spill = None
         else:
             out = self._buffer if self._spill is None else self._spill
@@ -465,29 +454,18 @@ class MemoryRecordsBuilder:
         self._write_header()
 
     def _write_header(self) -> None:
-        out = self._out
-        size = self._size
-        attributes = int(self._compression)
-        if self._is_transactional:
-            attributes |= _TRANSACTIONAL_FLAG
-        _HEADER.pack_into(
-            out,
-            0,
-            0,  # base offset: the broker assigns offsets
-            size - _LOG_OVERHEAD,
-            NO_PARTITION_LEADER_EPOCH,
-            MAGIC,
-            0,  # crc, filled in below once everything it covers is in place
-            attributes,
-            self._num_records - 1,
+        write_batch_header(
+            self._out,
+            self._size,
+            self._compression,
+            self._is_transactional,
+            self._num_records,
             self._base_timestamp,
             self._max_timestamp,
             self._producer_id,
             self._producer_epoch,
             self._base_sequence,
-            self._num_records,
         )
-        _CRC.pack_into(out, _CRC_OFFSET, crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:size]))
 
     def build(self) -> memoryview:
         """Close if needed and return a view of exactly the batch's bytes."""
@@ -505,16 +483,10 @@ class MemoryRecordsBuilder:
         if self._closed:
             if not self._size:
                 return
-            section: bytes = bytes(memoryview(self._out)[RECORD_BATCH_OVERHEAD : self._size])
-            if self._compression:
-                section = decompress(self._compression, section)
+            section = closed_section(self._compression, self._out, self._size)
         else:
             section = bytes(self._view[RECORD_BATCH_OVERHEAD : self._pos])
-        base = self._base_timestamp
-        pos = 0
-        for _ in range(self._num_records):
-            yield_record, pos = _decode_record(section, pos, base)
-            yield yield_record
+        yield from decode_records(section, self._num_records, self._base_timestamp)
 
     # ---------------------------------------------------------------------------- properties
 
@@ -608,6 +580,98 @@ class MemoryRecordsBuilder:
             f"bytes={self.estimated_size_in_bytes} limit={self._write_limit} "
             f"compression={self._compression.kafka_name}>"
         )
+
+
+# ----------------------------------------------------------- shared by both implementations
+# The cold steps (closing, the header, reading back) are the same Python for the reference
+# builder and the compiled one in _crecords.pyx, which calls these.
+
+
+def validate_producer_state(
+    producer_id: int, producer_epoch: int, base_sequence: int, is_transactional: bool
+) -> None:
+    """Refuse the combinations Kafka rejects (as Java's ``validateProducerState``).
+
+    Raises:
+        ValueError: Which field is wrong, with its value.
+    """
+    if is_transactional and producer_id == NO_PRODUCER_ID:
+        raise ValueError("a transactional batch needs a producer id")
+    if producer_id != NO_PRODUCER_ID:
+        if producer_epoch == NO_PRODUCER_EPOCH:
+            raise ValueError(f"invalid producer epoch {producer_epoch} for a producer id")
+        if base_sequence < 0:
+            raise ValueError(f"invalid base sequence {base_sequence} for a producer id")
+
+
+def compress_records(
+    compression: CompressionType,
+    level: int | None,
+    written: memoryview,
+    end: int,
+    pooled: bytearray,
+) -> tuple[bytearray, int, float]:
+    """Compress the records section ``written[61:end]`` behind a space for the header.
+
+    Returns:
+        The buffer holding the batch (the pooled one when it fits, else a new one), the batch's
+        size, and the compression ratio achieved.
+    """
+    compressed = compress(compression, written[RECORD_BATCH_OVERHEAD:end], level)
+    size = RECORD_BATCH_OVERHEAD + len(compressed)
+    out = pooled if size <= len(pooled) else bytearray(size)
+    memoryview(out)[RECORD_BATCH_OVERHEAD:size] = compressed
+    return out, size, len(compressed) / (end - RECORD_BATCH_OVERHEAD)
+
+
+def write_batch_header(
+    out: bytearray,
+    size: int,
+    compression: CompressionType,
+    is_transactional: bool,
+    num_records: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> None:
+    """Write the v2 batch header into ``out[:61]``, then the CRC-32C over what it covers."""
+    attributes = int(compression)
+    if is_transactional:
+        attributes |= _TRANSACTIONAL_FLAG
+    _HEADER.pack_into(
+        out,
+        0,
+        0,  # base offset: the broker assigns offsets
+        size - _LOG_OVERHEAD,
+        NO_PARTITION_LEADER_EPOCH,
+        MAGIC,
+        0,  # crc, filled in below once everything it covers is in place
+        attributes,
+        num_records - 1,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        num_records,
+    )
+    _CRC.pack_into(out, _CRC_OFFSET, crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:size]))
+
+
+def closed_section(compression: CompressionType, out: bytearray, size: int) -> bytes:
+    """The records section of a closed batch, decompressed."""
+    section = bytes(memoryview(out)[RECORD_BATCH_OVERHEAD:size])
+    return decompress(compression, section) if compression else section
+
+
+def decode_records(section: bytes, count: int, base_timestamp: int) -> Iterator[SimpleRecord]:
+    """The ``count`` records of an uncompressed records section, in order."""
+    pos = 0
+    for _ in range(count):
+        record, pos = _decode_record(section, pos, base_timestamp)
+        yield record
 
 
 def _decode_record(buf: bytes, pos: int, base_timestamp: int) -> tuple[SimpleRecord, int]:

@@ -183,3 +183,31 @@ async def test_bulk_and_single_sends_interleave_in_one_batch() -> None:
             3,
         ]
     assert Counter(len(r.record_counts) for r in fake.requests) == {1: 1}
+
+
+async def test_headers_shared_and_per_record_reach_the_broker() -> None:
+    producer, fake = make(batch_size=1024)
+    values = [b"v%d" % i for i in range(50)]
+    own = [None if i % 2 else [("i", b"%d" % i)] for i in range(50)]
+    async with producer:
+        results = await (
+            await producer.send_many(
+                "t", values, headers=[("trace", b"abc")], record_headers=own
+            )
+        )
+    for i, metadata in enumerate(results):
+        stored = fake.log[TopicPartition("t", metadata.partition)][metadata.offset]
+        assert stored.value == values[i]
+        expected = [("trace", b"abc")] + ([] if i % 2 else [("i", b"%d" % i)])
+        assert stored.headers == expected
+
+
+async def test_bad_headers_refuse_the_whole_call() -> None:
+    producer, fake = make()
+    async with producer:
+        with pytest.raises(SerializationError, match="header #0 name must be str"):
+            await producer.send_many("t", [b"a", b"b"], record_headers=[None, [(b"k", b"v")]])
+        with pytest.raises(ConfigError, match="got 1 record_headers for 2 values"):
+            await producer.send_many("t", [b"a", b"b"], record_headers=[None])
+        await producer.flush()
+    assert not fake.log, "nothing of a refused call was sent"
