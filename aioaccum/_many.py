@@ -12,12 +12,14 @@ acknowledgements arrive.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import bisect
+from collections.abc import Iterator, Sequence
+from typing import overload
 
 from aioaccum._core.cluster import TopicPartition
 from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
 
-__all__ = ["ManyResult"]
+__all__ = ["ManyOutcomes", "ManyResult"]
 
 _new_tuple = tuple.__new__
 
@@ -39,7 +41,7 @@ class ManyResult:
 
     def __init__(
         self,
-        future: asyncio.Future[list[RecordMetadata]],
+        future: asyncio.Future[Sequence[RecordMetadata]],
         timestamp: int,
         keys: Sequence[bytes | None] | None,
         values: Sequence[bytes | None],
@@ -89,28 +91,97 @@ class ManyResult:
         else:
             self._future.set_result(self._build())
 
-    def _build(self) -> list[RecordMetadata]:
-        keys, values = self._keys, self._values
-        out: list[RecordMetadata | None] = [None] * self._accepted
-        for first, count, (topic, partition), base_offset, log_append_time in self._runs:
-            timestamp = self._timestamp if log_append_time < 0 else log_append_time
-            for j in range(count):
-                i = first + j
-                key, value = None if keys is None else keys[i], values[i]
-                out[i] = _new_tuple(
-                    RecordMetadata,
-                    (
-                        topic,
-                        partition,
-                        -1 if base_offset < 0 else base_offset + j,
-                        timestamp,
-                        -1 if key is None else len(key),
-                        -1 if value is None else len(value),
-                    ),
-                )
-        for i, metadata in self._singles:
-            out[i] = metadata
-        return out  # type: ignore[return-value]  # every accepted record settled
+    def _build(self) -> ManyOutcomes:
+        segments: list[Segment] = [*self._runs]
+        segments += [(i, 1, metadata) for i, metadata in self._singles]
+        segments.sort(key=lambda segment: segment[0])
+        return ManyOutcomes(self._timestamp, self._keys, self._values, segments)
+
+
+# (first input index, count, and either the batch's topic-partition, base offset and
+# log-append time, or, for a record that took the per-record path, its metadata)
+Segment = tuple[int, int, TopicPartition, int, int] | tuple[int, int, RecordMetadata]
+
+
+class ManyOutcomes(Sequence[RecordMetadata]):
+    """The metadata of a ``send_many`` call's records, in input order, each built when read.
+
+    Kept as one entry per batch (where its records went), not one tuple per record, so a
+    caller that reads each once and moves on holds no million tuples for the collector to walk.
+    """
+
+    __slots__ = ("_firsts", "_keys", "_segments", "_timestamp", "_values")
+
+    def __init__(
+        self,
+        timestamp: int,
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes | None],
+        segments: list[Segment],
+    ) -> None:
+        self._timestamp = timestamp
+        self._keys = keys
+        self._values = values
+        self._segments = segments
+        self._firsts = [segment[0] for segment in segments]
+
+    def __len__(self) -> int:
+        if not self._segments:
+            return 0
+        last = self._segments[-1]
+        return last[0] + last[1]
+
+    @overload
+    def __getitem__(self, index: int) -> RecordMetadata: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RecordMetadata]: ...
+
+    def __getitem__(self, index: int | slice) -> RecordMetadata | list[RecordMetadata]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        size = len(self)
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError(f"record index {index} out of range for {size} records")
+        segment = self._segments[bisect.bisect_right(self._firsts, index) - 1]
+        return self._metadata(segment, index)
+
+    def __iter__(self) -> Iterator[RecordMetadata]:
+        metadata = self._metadata
+        for segment in self._segments:
+            first = segment[0]
+            for index in range(first, first + segment[1]):
+                yield metadata(segment, index)
+
+    def _metadata(self, segment: Segment, index: int) -> RecordMetadata:
+        if len(segment) == 3:
+            return segment[2]  # a record of the per-record path
+        first, _, (topic, partition), base_offset, log_append_time = segment
+        key = None if self._keys is None else self._keys[index]
+        value = self._values[index]
+        return _new_tuple(
+            RecordMetadata,
+            (
+                topic,
+                partition,
+                -1 if base_offset < 0 else base_offset + index - first,
+                self._timestamp if log_append_time < 0 else log_append_time,
+                -1 if key is None else len(key),
+                -1 if value is None else len(value),
+            ),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are not hashable
+
+    def __repr__(self) -> str:
+        return f"<ManyOutcomes of {len(self)} records>"
 
 
 class _Slot:

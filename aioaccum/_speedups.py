@@ -50,6 +50,9 @@ COMPILED_SOURCES = (
     "aioaccum._core.partitioner",
     "aioaccum._core.accumulator",
     "aioaccum.producer",
+    "aioaccum._wait",
+    "aioaccum._many",
+    "aioaccum._validate",
 )
 """Python modules that setup.py also compiles, from the same source (each has a ``.pxd``)."""
 

@@ -9,12 +9,12 @@ the records to build their metadata in order.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Iterator, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult
 
-__all__ = ["wait_all"]
+__all__ = ["Outcomes", "wait_all"]
 
 _T = TypeVar("_T")
 
@@ -22,18 +22,18 @@ _T = TypeVar("_T")
 @overload
 async def wait_all(
     futures: Iterable[Awaitable[_T]], *, return_exceptions: Literal[False] = ...
-) -> list[_T]: ...
+) -> Sequence[_T]: ...
 
 
 @overload
 async def wait_all(
     futures: Iterable[Awaitable[_T]], *, return_exceptions: Literal[True]
-) -> list[_T | BaseException]: ...
+) -> Sequence[_T | BaseException]: ...
 
 
 async def wait_all(
     futures: Iterable[Awaitable[Any]], *, return_exceptions: bool = False
-) -> list[Any]:
+) -> Sequence[Any]:
     """Wait until every record has ended; return their metadata in input order.
 
     The fast way to wait for the futures :meth:`Producer.send` returned: its cost follows the
@@ -45,8 +45,8 @@ async def wait_all(
         return_exceptions: Put each failed record's error in its place instead of raising.
 
     Returns:
-        One :class:`RecordMetadata` per input, in order (or its error, with
-        ``return_exceptions``).
+        A sequence with one :class:`RecordMetadata` per input, in order (or its error, with
+        ``return_exceptions``), each built when read (``list(...)`` makes them all).
 
     Raises:
         AioAccumError: The first error seen (a record's batch failed), as soon as it is seen,
@@ -55,7 +55,7 @@ async def wait_all(
         asyncio.CancelledError: A record future was cancelled (unless ``return_exceptions``),
             or this wait was; cancelling the wait cancels none of the records.
     """
-    items = [
+    items: list[FutureRecordMetadata | asyncio.Future[Any]] = [
         f if isinstance(f, FutureRecordMetadata) else asyncio.ensure_future(f) for f in futures
     ]
     loop = asyncio.get_running_loop()
@@ -63,11 +63,14 @@ async def wait_all(
         results: dict[int, ProduceRequestResult] = {}
         others: list[asyncio.Future[Any]] = []
         failed: BaseException | None = None
+        last: ProduceRequestResult | None = None
         for item in items:
             if isinstance(item, FutureRecordMetadata):
                 result = item.pending_result()
                 if result is not None:
-                    results[id(result)] = result
+                    if result is not last:  # records of one batch come in runs
+                        results[id(result)] = result
+                        last = result
                 elif not return_exceptions and failed is None:
                     failed = _error_of(item)
             elif not item.done():
@@ -77,8 +80,56 @@ async def wait_all(
         if failed is not None:
             raise failed
         if not results and not others:
-            return [_outcome(item) if return_exceptions else item.result() for item in items]
+            return Outcomes(items, return_exceptions)
         await _wait_for(loop, list(results.values()), others, fail_fast=not return_exceptions)
+
+
+class Outcomes(Sequence[Any]):
+    """What :func:`wait_all` returns: each input's metadata (or error), in input order.
+
+    Like the record futures it is read from, it builds each :class:`RecordMetadata` when read,
+    so waiting for a million records does not hold a million tuples.
+    """
+
+    __slots__ = ("_items", "_return_exceptions")
+
+    def __init__(
+        self, items: list[FutureRecordMetadata | asyncio.Future[Any]], return_exceptions: bool
+    ) -> None:
+        self._items = items
+        self._return_exceptions = return_exceptions
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self._read(item) for item in self._items[index]]
+        return self._read(self._items[index])
+
+    def __iter__(self) -> Iterator[Any]:
+        read = self._read
+        for item in self._items:
+            yield read(item)
+
+    def _read(self, item: FutureRecordMetadata | asyncio.Future[Any]) -> Any:
+        return _outcome(item) if self._return_exceptions else item.result()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are not hashable
+
+    def __repr__(self) -> str:
+        return f"<Outcomes of {len(self)} records>"
 
 
 def _error_of(item: FutureRecordMetadata | asyncio.Future[Any]) -> BaseException | None:

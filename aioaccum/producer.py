@@ -385,16 +385,15 @@ class Producer:
         values: list[bytes | None],
         header_lists: list[list[tuple[str, bytes | None]]] | None,
     ) -> None:
-        def length(item: bytes | None) -> int:
-            return 0 if item is None else len(item)
+        def longest(items: list[bytes | None]) -> int:
+            try:
+                return max(map(len, items), default=0)  # type: ignore[arg-type]
+            except TypeError:  # a None among them: the slower way
+                return max((0 if item is None else len(item) for item in items), default=0)
 
-        lengths = [length(v) for v in values]
-        if keys is not None:
-            lengths = [n + length(k) for n, k in zip(lengths, keys, strict=True)]
-        if (
-            header_lists is None
-            and (not lengths or max(lengths) + _RECORD_BOUND <= self._max_record_size)
-        ):
+        # A bound first (the longest key with the longest value); each record only near it.
+        bound = longest(values) + (0 if keys is None else longest(keys)) + _RECORD_BOUND
+        if header_lists is None and bound <= self._max_record_size:
             return
         for i, value in enumerate(values):
             key = None if keys is None else keys[i]
@@ -435,7 +434,7 @@ class Producer:
         timestamp_ms: int | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
         record_headers: Iterable[Sequence[tuple[str, bytes | None]] | None] | None = None,
-    ) -> asyncio.Future[list[RecordMetadata]]:
+    ) -> asyncio.Future[Sequence[RecordMetadata]]:
         """Buffer many records for one topic; return one future of all their metadata.
 
         The bulk form of :meth:`send`: the same checks, partitioning, batching and memory wait,
@@ -453,9 +452,10 @@ class Producer:
                 sequence of pairs each); they follow ``headers`` if both are given.
 
         Returns:
-            A future of the records' :class:`RecordMetadata` in input order, set once every
-            record is acknowledged; if any record fails, it fails with the first error once
-            every record has ended. Cancelling it does not stop delivery.
+            A future of the records' :class:`RecordMetadata` in input order (a sequence that
+            builds each when read), set once every record is acknowledged; if any record
+            fails, it fails with the first error once every record has ended. Cancelling it
+            does not stop delivery.
 
         Raises:
             The errors of :meth:`send`. Every record is serialized and checked before the first
@@ -494,7 +494,7 @@ class Producer:
         value_array = checked_column("value", value_list, self._value_serializer)
         header_lists = self._checked_many_headers(headers, record_headers, count)
         self._check_many_sizes(key_array, value_array, header_lists)
-        future_all: asyncio.Future[list[RecordMetadata]] = loop.create_future()
+        future_all: asyncio.Future[Sequence[RecordMetadata]] = loop.create_future()
         outcome = ManyResult(future_all, timestamp_ms, key_array, value_array)
         if not count:
             outcome.seal(0)

@@ -13,12 +13,14 @@ cdef class ProduceRequestResult:
     cdef public list _listeners
 
 
+# Kept small, a million of them being an ordinary load: 32-bit sizes and offset (a record and a
+# batch are far below 2 GiB), two flags, one 64-bit timestamp.
 cdef class FutureRecordMetadata:
     cdef public ProduceRequestResult _result
-    cdef public Py_ssize_t _relative_offset
-    cdef public long long _timestamp
-    cdef public Py_ssize_t _key_size
-    cdef public Py_ssize_t _value_size
-    cdef public bint _cancelled
     cdef public object _cancel_message
+    cdef public long long _timestamp
+    cdef public int _relative_offset
+    cdef public int _key_size
+    cdef public int _value_size
+    cdef public bint _cancelled
     cdef public bint _asyncio_future_blocking

@@ -206,8 +206,24 @@ async def test_bad_headers_refuse_the_whole_call() -> None:
     producer, fake = make()
     async with producer:
         with pytest.raises(SerializationError, match="header #0 name must be str"):
-            await producer.send_many("t", [b"a", b"b"], record_headers=[None, [(b"k", b"v")]])
+            await producer.send_many("t", [b"a", b"b"], record_headers=[None, [(b"k", b"v")]])  # type: ignore[list-item]
         with pytest.raises(ConfigError, match="got 1 record_headers for 2 values"):
             await producer.send_many("t", [b"a", b"b"], record_headers=[None])
         await producer.flush()
     assert not fake.log, "nothing of a refused call was sent"
+
+
+async def test_the_metadata_sequence_indexes_like_a_list() -> None:
+    producer, _ = make(batch_size=1024)
+    values = [b"v%04d" % i + b"x" * 40 for i in range(300)]
+    async with producer:
+        results = await (await producer.send_many("t", values, partition=1))
+    every = list(results)
+    assert len(results) == 300
+    assert [m.offset for m in every] == list(range(300))  # several batches, one partition
+    assert results[0] == every[0]
+    assert results[-1] == every[-1]
+    assert results[10:13] == every[10:13]
+    assert results == every
+    with pytest.raises(IndexError, match="record index 300 out of range for 300 records"):
+        results[300]
