@@ -12,15 +12,23 @@ import collections
 import contextlib
 import logging
 import ssl
+import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiokafka.errors as kerr
 from aiokafka.client import AIOKafkaClient
 from aiokafka.conn import create_conn
-from aiokafka.protocol.produce import ProduceRequest
+from aiokafka.protocol.produce import (
+    ProduceRequest,
+    ProduceRequest_v3,
+    ProduceRequest_v4,
+    ProduceRequest_v5,
+    ProduceRequest_v6,
+    ProduceRequest_v7,
+)
 from aiokafka.protocol.transaction import InitProducerIdRequest
 from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
@@ -413,7 +421,7 @@ class AioKafkaAdapter:
         by_topic: dict[str, list[tuple[int, memoryview]]] = collections.defaultdict(list)
         for tp, records in batches:
             by_topic[tp[0]].append((tp[1], records))
-        request = ProduceRequest(
+        request = _FastProduceRequest(
             transactional_id=None,
             required_acks=acks,
             timeout=timeout_ms,
@@ -443,3 +451,103 @@ class AioKafkaAdapter:
         if response.error_code:
             raise broker_error_for_code(response.error_code, "InitProducerId failed")
         return int(response.producer_id), int(response.producer_epoch)
+
+
+# --- the produce request, encoded in one pass
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_ACKS_AND_TIMEOUT = struct.Struct(">hi")
+_PARTITION_AND_SIZE = struct.Struct(">ii")
+
+
+def _encode_produce(request: Any) -> bytes:
+    """Produce request v3 to v7 (one layout): aiokafka's generic field-by-field encoder costs
+    about 18 us a request, most of it walking the schema; this joins the pieces once."""
+    transactional_id = request.transactional_id
+    if transactional_id is None:
+        parts = [b"\xff\xff"]  # a null string
+    else:
+        raw = transactional_id.encode()
+        parts = [_INT16.pack(len(raw)), raw]
+    parts.append(_ACKS_AND_TIMEOUT.pack(request.required_acks, request.timeout))
+    parts.append(_INT32.pack(len(request.topics)))
+    for topic, partitions in request.topics:
+        raw = topic.encode()
+        parts += (_INT16.pack(len(raw)), raw, _INT32.pack(len(partitions)))
+        for partition, records in partitions:
+            parts += (_PARTITION_AND_SIZE.pack(partition, len(records)), records)
+    return b"".join(parts)
+
+
+_TOPIC_PARTITION_HEADER = struct.Struct(">ihqq")  # partition, error code, offset, timestamp
+
+
+class _ProduceResponse:
+    """A produce response v3 to v7, read in one pass (aiokafka's generic reader: about 13 us).
+
+    ``topics`` has aiokafka's shape: ``[(topic, [(partition, error_code, offset, timestamp,
+    ...)])]``; v5 and later add the log start offset, which is skipped.
+    """
+
+    __slots__ = ("throttle_time_ms", "topics")
+
+    def __init__(self, topics: list[tuple[str, list[tuple[int, ...]]]], throttle: int) -> None:
+        self.topics = topics
+        self.throttle_time_ms = throttle
+
+    @classmethod
+    def reader(cls, version: int) -> Callable[[Any], _ProduceResponse]:
+        skip = 8 if version >= 5 else 0  # log_start_offset
+
+        def decode(stream: Any) -> _ProduceResponse:
+            data = stream.read() if hasattr(stream, "read") else bytes(stream)
+            pos = 4
+            topics = []
+            for _ in range(_INT32.unpack_from(data, 0)[0]):
+                size = _INT16.unpack_from(data, pos)[0]
+                topic = data[pos + 2 : pos + 2 + size].decode()
+                pos += 2 + size
+                count = _INT32.unpack_from(data, pos)[0]
+                pos += 4
+                partitions = []
+                for _ in range(count):
+                    partitions.append(_TOPIC_PARTITION_HEADER.unpack_from(data, pos))
+                    pos += _TOPIC_PARTITION_HEADER.size + skip
+                topics.append((topic, partitions))
+            return cls(topics, _INT32.unpack_from(data, pos)[0])
+
+        return decode
+
+
+def _fast_struct(cls: type[Any]) -> type[Any]:
+    response = type(
+        f"Fast{cls.RESPONSE_TYPE.__name__}",
+        (),
+        {"decode": staticmethod(_ProduceResponse.reader(cls.API_VERSION))},
+    )
+    return type(
+        f"Fast{cls.__name__}", (cls,), {"encode": _encode_produce, "RESPONSE_TYPE": response}
+    )
+
+
+# The request classes aiokafka negotiates, with the one-pass encoder and reader; other versions
+# (none a Kafka 4 broker accepts) keep aiokafka's.
+_FAST_STRUCTS: dict[type[Any], type[Any]] = {
+    cls: _fast_struct(cls)
+    for cls in (
+        ProduceRequest_v3,
+        ProduceRequest_v4,
+        ProduceRequest_v5,
+        ProduceRequest_v6,
+        ProduceRequest_v7,
+    )
+}
+
+
+class _FastProduceRequest(ProduceRequest):  # type: ignore[misc]  # aiokafka is untyped here
+    """aiokafka's ProduceRequest (same version negotiation, same response parsing), whose
+    request body is encoded by :func:`_encode_produce`."""
+
+    def build(self, request_struct_class: type[Any]) -> Any:
+        return super().build(_FAST_STRUCTS.get(request_struct_class, request_struct_class))

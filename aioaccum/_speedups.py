@@ -53,6 +53,8 @@ COMPILED_SOURCES = (
     "aioaccum._wait",
     "aioaccum._many",
     "aioaccum._validate",
+    "aioaccum.sender",
+    "aioaccum._kafka",
 )
 """Python modules that setup.py also compiles, from the same source (each has a ``.pxd``)."""
 
