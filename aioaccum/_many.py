@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import TypeVar, overload
 
 from aioaccum._core.cluster import TopicPartition
 from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
 
-__all__ = ["ManyOutcomes", "ManyResult"]
+__all__ = ["ManyOutcomes", "ManyResult", "ReadOnRead"]
+
+_T = TypeVar("_T")
 
 _new_tuple = tuple.__new__
 
@@ -103,7 +105,23 @@ class ManyResult:
 Segment = tuple[int, int, TopicPartition, int, int] | tuple[int, int, RecordMetadata]
 
 
-class ManyOutcomes(Sequence[RecordMetadata]):
+class ReadOnRead(Sequence[_T]):
+    """A sequence whose items are built when read; compares equal to a list of the same items."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are not hashable
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {len(self)} records>"
+
+
+class ManyOutcomes(ReadOnRead[RecordMetadata]):
     """The metadata of a ``send_many`` call's records, in input order, each built when read.
 
     Kept as one entry per batch (where its records went), not one tuple per record, so a
@@ -172,17 +190,6 @@ class ManyOutcomes(Sequence[RecordMetadata]):
                 -1 if value is None else len(value),
             ),
         )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are not hashable
-
-    def __repr__(self) -> str:
-        return f"<ManyOutcomes of {len(self)} records>"
-
 
 class _Slot:
     """Reports one record that took the per-record path: a done-callback on its future."""

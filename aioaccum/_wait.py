@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Iterable, Iterator, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult
+from aioaccum._many import ReadOnRead
 
 __all__ = ["Outcomes", "wait_all"]
 
@@ -84,7 +85,7 @@ async def wait_all(
         await _wait_for(loop, list(results.values()), others, fail_fast=not return_exceptions)
 
 
-class Outcomes(Sequence[Any]):
+class Outcomes(ReadOnRead[Any]):
     """What :func:`wait_all` returns: each input's metadata (or error), in input order.
 
     Like the record futures it is read from, it builds each :class:`RecordMetadata` when read,
@@ -120,16 +121,6 @@ class Outcomes(Sequence[Any]):
 
     def _read(self, item: FutureRecordMetadata | asyncio.Future[Any]) -> Any:
         return _outcome(item) if self._return_exceptions else item.result()
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are not hashable
-
-    def __repr__(self) -> str:
-        return f"<Outcomes of {len(self)} records>"
 
 
 def _error_of(item: FutureRecordMetadata | asyncio.Future[Any]) -> BaseException | None:

@@ -253,6 +253,9 @@ async def test_wait_all_returns_metadata_in_order_with_one_listener_per_batch() 
         1000 * i + j for i in reversed(range(3)) for j in reversed(range(100))
     ]
     assert [b.result.waiters for b in batches] == [0, 0, 0]
+    assert out == list(out)
+    assert out[-1] == futures[-1].result()
+    assert repr(out) == "<Outcomes of 300 records>"
 
 
 async def test_wait_all_raises_the_first_error_at_once() -> None:

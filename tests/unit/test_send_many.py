@@ -225,5 +225,8 @@ async def test_the_metadata_sequence_indexes_like_a_list() -> None:
     assert results[-1] == every[-1]
     assert results[10:13] == every[10:13]
     assert results == every
+    assert repr(results) == "<ManyOutcomes of 300 records>"
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(results)
     with pytest.raises(IndexError, match="record index 300 out of range for 300 records"):
         results[300]
