@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
+from aioaccum._core.accumulator import BufferRequest, BufferSupplier, RecordAccumulator
 from aioaccum._core.batch import FinalState, ProducerBatch
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
@@ -56,11 +56,9 @@ def make_acc(
         delivery_timeout=delivery_timeout,
         transaction_manager=txn,
     )
-    POOLS[id(acc)] = pool
     return acc, pool
 
 
-POOLS: dict[int, BufferPool] = {}
 TS = 1_700_000_000_000
 CLUSTER = StaticCluster.uniform({"t": 3}, nodes=3)  # t-0 -> node 0, t-1 -> node 1, t-2 -> node 2
 ONE_NODE = StaticCluster([0], {TP0: 0, TP1: 0, TP2: 0})
@@ -88,9 +86,8 @@ async def append(
     return sinks
 
 
-def acc_pool(acc: RecordAccumulator) -> BufferPool:
-    pool = POOLS[id(acc)]
-    return pool
+def acc_pool(acc: RecordAccumulator) -> BufferSupplier:
+    return acc._pool  # the pool make_acc gave it
 
 
 async def test_fresh_batch_waits_for_linger_and_reports_time_left() -> None:
