@@ -55,7 +55,6 @@ from aioaccum._core.codecs import (
     CompressionType,
     validate_compression_level,
 )
-from aioaccum._core.varint import VARINT_CACHE_SIZE, VARINTS, encode_varint
 
 
 cdef extern from "Python.h":
@@ -75,8 +74,6 @@ cdef enum:
 # its exceptions. Far above any batch, and small enough that adding a record size cannot overflow.
 cdef double _C_TRUNCATABLE = 4611686018427387904.0  # 2**62
 
-_EMPTY_HEADERS = b"\x00"
-_NULL = b"\x01"
 
 # records.py imports this module (through aioaccum._speedups) when it ends, so it cannot be
 # imported here at load time; its pure-Python helpers are looked up on first use.
@@ -275,34 +272,8 @@ cdef inline bint _delta_overflows(int64_t timestamp, int64_t base) noexcept nogi
 
 
 cdef bytes _encode_record(object delta, object n, object key, object value, object headers):
-    """The Python builder's encoding, step for step, for the argument types C does not take."""
-    cdef object size, key_len, value_len, body
-    if key is None:
-        key_len = _NULL
-        key = b""
-    else:
-        size = len(key)
-        key_len = VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size)
-    if value is None:
-        value_len = _NULL
-        value = b""
-    else:
-        size = len(value)
-        value_len = VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size)
-    body = b"".join(
-        (
-            b"\x00",
-            VARINTS[delta] if 0 <= delta < VARINT_CACHE_SIZE else encode_varint(delta),
-            VARINTS[n] if n < VARINT_CACHE_SIZE else encode_varint(n),
-            key_len,
-            key,
-            value_len,
-            value,
-            _records()._encode_headers(headers) if headers else _EMPTY_HEADERS,
-        )
-    )
-    size = len(body)
-    return (VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size)) + body
+    """The Python builder's encoding, for the argument types C does not take."""
+    return _records().encode_record(delta, n, key, value, headers)
 
 
 cdef unsigned char* _put_record(

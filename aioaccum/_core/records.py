@@ -156,6 +156,49 @@ def _header_key(h_key: str) -> bytes:
     return encoded
 
 
+def encode_record(
+    timestamp_delta: int,
+    offset_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header],
+) -> bytes:
+    """One record, length prefix included (Java's ``DefaultRecord.writeTo``).
+
+    The compiled builder writes the common cases straight into its buffer and calls this for
+    the others, so both give the same bytes and fail the same way on odd input.
+    """
+    if key is None:
+        key_len = _NULL
+        key = b""
+    else:
+        size = len(key)
+        key_len = VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size)
+    if value is None:
+        value_len = _NULL
+        value = b""
+    else:
+        size = len(value)
+        value_len = VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size)
+    delta = timestamp_delta
+    body = b"".join(
+        (
+            b"\x00",  # record attributes, unused
+            VARINTS[delta] if 0 <= delta < VARINT_CACHE_SIZE else encode_varint(delta),
+            VARINTS[offset_delta]
+            if offset_delta < VARINT_CACHE_SIZE
+            else encode_varint(offset_delta),
+            key_len,
+            key,
+            value_len,
+            value,
+            _encode_headers(headers) if headers else _EMPTY_HEADERS,
+        )
+    )
+    size = len(body)
+    return (VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size)) + body
+
+
 def _encode_headers(headers: Sequence[Header]) -> bytes:
     count = len(headers)
     parts = [VARINTS[count] if count < VARINT_CACHE_SIZE else encode_varint(count)]
@@ -277,33 +320,7 @@ class MemoryRecordsBuilder:
             if self._base_from_first:
                 self._base_timestamp = timestamp
             delta = timestamp - self._base_timestamp
-        # The encoding is spelt out inline: this is the producer's hottest loop.
-        if key is None:
-            key_len = _NULL
-            key = b""
-        else:
-            size = len(key)
-            key_len = VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size)
-        if value is None:
-            value_len = _NULL
-            value = b""
-        else:
-            size = len(value)
-            value_len = VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size)
-        body = b"".join(
-            (
-                b"\x00",  # record attributes, unused
-                VARINTS[delta] if 0 <= delta < VARINT_CACHE_SIZE else encode_varint(delta),
-                VARINTS[n] if n < VARINT_CACHE_SIZE else encode_varint(n),
-                key_len,
-                key,
-                value_len,
-                value,
-                _encode_headers(headers) if headers else _EMPTY_HEADERS,
-            )
-        )
-        size = len(body)
-        record = (VARINTS[size] if size < VARINT_CACHE_SIZE else encode_varint(size)) + body
+        record = encode_record(delta, n, key, value, headers)
         pos = self._pos
         end = pos + len(record)
         if n:
