@@ -2,7 +2,7 @@
 cimport cython
 from aioaccum._core.batch cimport ProducerBatch
 from aioaccum._core.futures cimport FutureRecordMetadata
-from aioaccum._core.partitioner cimport BuiltInPartitioner
+from aioaccum._core.partitioner cimport BuiltInPartitioner, partition_for
 
 
 cdef class RecordAccumulator:

@@ -36,10 +36,7 @@ from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.partitioner import (
     BuiltInPartitioner,
     Partitioner,
-    checked_partition,
-    custom_partition,
-    murmur2,
-    to_positive,
+    partition_for,
 )
 from aioaccum._core.records import (
     MAX_RECORD_OVERHEAD,
@@ -209,18 +206,12 @@ class RecordAccumulator:
         if granted is not None:
             chosen = granted[0].partition
             sticky = granted[0].sticky
-        elif partition is not None:
-            chosen = checked_partition(topic, partition, partitions)
-            sticky = False
-        elif self._custom is not None:
-            chosen = custom_partition(self._custom, topic, key, value, partitions, cluster)
-            sticky = False
-        elif key is not None and not self._ignore_keys:
-            chosen = to_positive(murmur2(key)) % len(partitions)
-            sticky = False
         else:
-            chosen = self._partitioner.partition(topic, cluster)
-            sticky = True
+            choice = partition_for(
+                topic, partition, key, value, partitions, cluster, self._custom, self._ignore_keys
+            )
+            sticky = choice is None
+            chosen = self._partitioner.partition(topic, cluster) if choice is None else choice
         tp = self._topic_partition(topic, chosen, partitions)
         dq = self._batches.get(tp)
         future = None
@@ -302,12 +293,10 @@ class RecordAccumulator:
         """
         if self._closed or self.fatal_error is not None:
             raise self._refusal()
-        if partition is not None:
-            chosen = checked_partition(topic, partition, partitions)
-            sticky = False
-        else:
-            chosen = self._partitioner.partition(topic, cluster)
-            sticky = True
+        # No key and no custom partitioner here: a fixed partition, or the sticky one.
+        choice = partition_for(topic, partition, None, None, partitions, cluster, None, True)
+        sticky = choice is None
+        chosen = self._partitioner.partition(topic, cluster) if choice is None else choice
         dq = self._batches.get(self._topic_partition(topic, chosen, partitions))
         if not dq:
             return 0

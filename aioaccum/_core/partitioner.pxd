@@ -21,3 +21,9 @@ cdef class BuiltInPartitioner:
     cpdef bint update_partition_info(
         self, str topic, partition, Py_ssize_t appended_bytes, bint enable_switch=*
     )
+
+
+cpdef object partition_for(
+    str topic, partition, key_bytes, value_bytes, partitions, cluster, partitioner,
+    bint ignore_keys,
+)

@@ -43,6 +43,7 @@ __all__ = [
     "custom_partition",
     "default_partition",
     "murmur2",
+    "partition_for",
     "to_positive",
 ]
 
@@ -157,6 +158,27 @@ def choose_partition(
     partitions = cluster.partitions_for_topic(topic)
     if not partitions:
         raise ValueError(f"no partitions known for topic {topic!r}; fetch its metadata first")
+    return partition_for(
+        topic, partition, key_bytes, value_bytes, partitions, cluster, partitioner, ignore_keys
+    )
+
+
+def partition_for(
+    topic: str,
+    partition: int | None,
+    key_bytes: bytes | None,
+    value_bytes: bytes | None,
+    partitions: Sequence[int],
+    cluster: ClusterView,
+    partitioner: Partitioner | None,
+    ignore_keys: bool,
+) -> int | None:
+    """:func:`choose_partition` for a topic whose (non-empty) ``partitions`` the caller has:
+    the one place that says which rule wins. ``None`` means the sticky partitioner chooses.
+
+    Raises:
+        ConfigError: The explicit or custom partition is not one of ``partitions``.
+    """
     if partition is not None:
         return checked_partition(topic, partition, partitions)
     if partitioner is not None:
