@@ -3,7 +3,7 @@
 # First: it decides between compiled and pure-Python modules before any of them is imported.
 from aioaccum import _speedups  # noqa: I001
 
-from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
+from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata, ThreadRecordFuture
 from aioaccum._wait import wait_all
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
@@ -42,6 +42,7 @@ __all__ = [
     "RecordMetadata",
     "RecordTooLargeError",
     "SerializationError",
+    "ThreadRecordFuture",
     "__version__",
     "wait_all",
 ]

@@ -46,18 +46,30 @@ while queued leaves the queue and returns its gathered bytes. A task cancelled a
 but before it resumed returns the granted buffer. ``close()`` fails every waiter with
 ``ProducerClosedError``. Buffers that are deallocated after that are still counted.
 
+*Threads.* A thread that needs memory (``allocate_blocking``, for ``SyncProducer``) joins the
+same FIFO as tasks, so neither can overtake the other. Its waiter is a held lock it blocks on
+up to ``max_block_ms``; a grant stores the buffer and releases the lock. Every method holds the
+pool's ``lock`` (reentrant, and shared with the accumulator, which calls the pool while it holds
+it), and a grant to a task made on another thread reaches the task's loop with
+``call_soon_threadsafe``. Until the task takes it, the buffer is the waiter's: a task cancelled
+in between gives it back, as above.
+
 The pool never captures an event loop. Futures and timers are created from the running loop
 inside ``allocate``.
 """
 
 from __future__ import annotations
 
+import _thread
 import asyncio
+import contextlib
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aioaccum.errors import BufferExhaustedError, ProducerClosedError, RecordTooLargeError
 
@@ -102,14 +114,83 @@ class PoolStats:
 
 
 class _Waiter:
-    """One queued request: its size, what it has gathered, and its deadline timer."""
+    """One queued request: its size, what it has gathered, and the buffer once granted."""
 
-    __slots__ = ("accumulated", "size", "timer")
+    __slots__ = ("accumulated", "granted", "size")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.accumulated = 0
+        self.granted: bytearray | None = None
+
+    def grant(self, buffer: bytearray) -> None:
+        raise NotImplementedError
+
+    def fail(self, error: BaseException) -> None:
+        raise NotImplementedError
+
+    def abandoned(self) -> bool:
+        """Whether nobody will take a grant any more (a cancelled task not yet cleaned up)."""
+        return False
+
+
+class _TaskWaiter(_Waiter):
+    """A coroutine in ``allocate``: its future, and the timer of its deadline."""
+
+    __slots__ = ("future", "loop", "thread", "timer")
+
+    def __init__(self, size: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(size)
+        self.loop = loop
+        self.thread = threading.get_ident()
+        self.future: asyncio.Future[bytearray] = loop.create_future()
         self.timer: asyncio.TimerHandle | None = None
+
+    def grant(self, buffer: bytearray) -> None:
+        self.granted = buffer
+        self._on_loop(self._resolve, buffer)
+
+    def fail(self, error: BaseException) -> None:
+        self._on_loop(self._reject, error)
+
+    def abandoned(self) -> bool:
+        return self.future.cancelled()
+
+    def _on_loop(self, fn: Callable[[Any], None], arg: Any) -> None:
+        if threading.get_ident() == self.thread:
+            fn(arg)
+            return
+        # A closed loop raises: its task will never run again to take the grant anyway.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(fn, arg)
+
+    def _resolve(self, buffer: bytearray) -> None:
+        if not self.future.done():
+            self.future.set_result(buffer)
+
+    def _reject(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+class _ThreadWaiter(_Waiter):
+    """A thread in ``allocate_blocking``: it blocks on ``latch``, held until grant or failure."""
+
+    __slots__ = ("error", "latch")
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.error: BaseException | None = None
+        self.latch = _thread.allocate_lock()
+        self.latch.acquire()
+
+    def grant(self, buffer: bytearray) -> None:
+        self.granted = buffer
+        self.latch.release()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.latch.release()
 
 
 class BufferPool:
@@ -119,6 +200,8 @@ class BufferPool:
         total_memory: The most bytes that may be handed out at once (``buffer_memory``).
         poolable_size: The size of buffers that are kept for reuse (``batch_size``).
         clock: A monotonic clock in seconds, used only for the wait-time metric.
+
+    Thread-safe: every method holds :attr:`lock`.
 
     Raises:
         ValueError: If a size is negative, or ``poolable_size`` is zero or above
@@ -141,10 +224,13 @@ class BufferPool:
         self._total = total_memory
         self._poolable = poolable_size
         self._clock = clock
+        self.lock = threading.RLock()
+        """Held by every method; the accumulator holds it too while it appends and drains."""
         self._free: deque[bytearray] = deque()
         self._unallocated = total_memory
         self._allocated = 0
-        self._waiters: dict[asyncio.Future[bytearray], _Waiter] = {}
+        # In arrival order: a dict, so that any waiter leaves in O(1).
+        self._waiters: dict[_Waiter, None] = {}
         self._closed = False
         self._allocations = 0
         self._queued_allocations = 0
@@ -163,14 +249,15 @@ class BufferPool:
 
     def available_memory(self) -> int:
         """Bytes that could be allocated now: unallocated plus pooled free buffers."""
-        return self._unallocated + len(self._free) * self._poolable
+        with self.lock:
+            return self._unallocated + len(self._free) * self._poolable
 
     def unallocated_memory(self) -> int:
         """Bytes that are neither handed out nor held in pooled free buffers."""
         return self._unallocated
 
     def queued(self) -> int:
-        """How many allocations are waiting for memory."""
+        """How many allocations (tasks and threads) are waiting for memory."""
         return len(self._waiters)
 
     def allocate_nowait(self, size: int) -> bytearray | None:
@@ -188,21 +275,22 @@ class BufferPool:
             ProducerClosedError: The pool is closed.
             ValueError: ``size`` is negative.
         """
-        if self._waiters or self._closed or not 0 <= size <= self._total:
-            self._check_request(size)
-            return None
-        if size == self._poolable and self._free:
-            buffer = self._free.popleft()
-        else:
-            if size > self._unallocated:
-                if size > self._unallocated + len(self._free) * self._poolable:
-                    return None
-                self._free_up(size)
-            self._unallocated -= size
-            buffer = bytearray(size)
-        self._allocated += size
-        self._allocations += 1
-        return buffer
+        with self.lock:
+            if self._waiters or self._closed or not 0 <= size <= self._total:
+                self._check_request(size)
+                return None
+            if size == self._poolable and self._free:
+                buffer = self._free.popleft()
+            else:
+                if size > self._unallocated:
+                    if size > self._unallocated + len(self._free) * self._poolable:
+                        return None
+                    self._free_up(size)
+                self._unallocated -= size
+                buffer = bytearray(size)
+            self._allocated += size
+            self._allocations += 1
+            return buffer
 
     async def allocate(self, size: int, max_block_ms: float) -> bytearray:
         """Allocate a buffer, waiting in FIFO order for memory if there is not enough.
@@ -222,41 +310,79 @@ class BufferPool:
             ProducerClosedError: The pool is closed, or was closed while waiting.
             ValueError: ``size`` is negative or ``max_block_ms`` is NaN.
         """
-        buffer = self.allocate_nowait(size)
-        if buffer is not None:
-            return buffer
-        if math.isnan(max_block_ms):
-            raise ValueError("max_block_ms must be a number, got NaN")
-        if max_block_ms <= 0:
-            self._exhausted += 1
-            raise BufferExhaustedError(self._exhausted_message(size, max_block_ms))
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bytearray] = loop.create_future()
-        waiter = _Waiter(size)
-        self._waiters[fut] = waiter
-        self._queued_allocations += 1
-        if not math.isinf(max_block_ms):
-            deadline = loop.time() + max_block_ms / 1000.0
-            waiter.timer = loop.call_at(deadline, self._expire, fut, max_block_ms)
-        started = self._clock()
-        # Gather whatever is free now; with no other waiter ahead this makes the new request
-        # the head, and it may even prune a cancelled head and complete at once.
-        self._serve()
+        with self.lock:
+            buffer = self.allocate_nowait(size)
+            if buffer is not None:
+                return buffer
+            self._check_block(size, max_block_ms)
+            waiter = _TaskWaiter(size, loop)
+            self._enqueue(waiter)
+            if not math.isinf(max_block_ms):
+                deadline = loop.time() + max_block_ms / 1000.0
+                waiter.timer = loop.call_at(deadline, self._expire, waiter, max_block_ms)
+            started = self._clock()
+            # Gather whatever is free now; with no other waiter ahead this makes the new request
+            # the head, and it may even prune a cancelled head and complete at once.
+            self._serve()
         try:
-            buffer = await fut
+            buffer = await waiter.future
         except BaseException:
-            if not fut.done() or fut.cancelled():
-                fut.cancel()
-                self._leave(fut)
-                self._serve()
-            elif fut.exception() is None:
-                # Granted, but the task is being cancelled before it could take the buffer.
-                self.deallocate(fut.result())
+            # Cancelled, timed out or closed. A buffer granted meanwhile goes back; a waiter
+            # still queued leaves and lets the next one be served.
+            with self.lock:
+                self._wait_time += self._clock() - started
+                self._abandon(waiter)
             raise
-        finally:
+        with self.lock:
             self._wait_time += self._clock() - started
-        self._allocations += 1
+            self._allocations += 1
         return buffer
+
+    def allocate_blocking(self, size: int, max_block_ms: float) -> bytearray:
+        """:meth:`allocate` for a thread: block the calling thread in the same FIFO queue.
+
+        Must not be called on a thread that runs the loop of a task waiting in this pool (it
+        would block the loop that has to free memory); the producer refuses that before.
+
+        Raises:
+            As :meth:`allocate`.
+        """
+        with self.lock:
+            buffer = self.allocate_nowait(size)
+            if buffer is not None:
+                return buffer
+            self._check_block(size, max_block_ms)
+            waiter = _ThreadWaiter(size)
+            self._enqueue(waiter)
+            self._serve()
+        started = self._clock()
+        timeout = -1.0 if math.isinf(max_block_ms) else max_block_ms / 1000.0
+        try:
+            waiter.latch.acquire(True, timeout)
+        except BaseException:
+            # Interrupted (KeyboardInterrupt in the main thread): leave no trace in the pool.
+            with self.lock:
+                self._wait_time += self._clock() - started
+                if waiter.granted is not None:
+                    self.deallocate(waiter.granted)
+                elif waiter in self._waiters:
+                    self._leave(waiter)
+                    self._serve()
+            raise
+        with self.lock:
+            self._wait_time += self._clock() - started
+            if waiter.granted is not None:
+                self._allocations += 1
+                return waiter.granted
+            if waiter.error is not None:
+                raise waiter.error
+            # Timed out while still queued: a grant after this point cannot happen.
+            message = self._exhausted_message(size, max_block_ms)
+            self._exhausted += 1
+            self._leave(waiter)
+            self._serve()
+        raise BufferExhaustedError(message)
 
     def deallocate(self, buffer: bytearray, size: int | None = None) -> None:
         """Return memory to the pool and serve queued waiters from it.
@@ -274,50 +400,51 @@ class BufferPool:
         """
         if size is None:
             size = len(buffer)
-        if not 0 <= size <= self._allocated:
-            raise ValueError(
-                f"cannot deallocate {size} bytes: only {self._allocated} bytes are allocated"
-            )
-        self._allocated -= size
-        if size == self._poolable and len(buffer) == size:
-            self._free.append(buffer)
-        else:
-            self._unallocated += size
-        if self._waiters:
-            self._serve()
+        with self.lock:
+            if not 0 <= size <= self._allocated:
+                raise ValueError(
+                    f"cannot deallocate {size} bytes: only {self._allocated} bytes are allocated"
+                )
+            self._allocated -= size
+            if size == self._poolable and len(buffer) == size:
+                self._free.append(buffer)
+            else:
+                self._unallocated += size
+            if self._waiters:
+                self._serve()
 
     def close(self) -> None:
         """Close the pool: fail every waiter, and every later allocation, with
-        ``ProducerClosedError``. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        # Nobody is served from here on: each waiter's gathered bytes simply go back.
-        for fut in list(self._waiters):
-            self._leave(fut)
-            if not fut.done():
-                fut.set_exception(
+        ``ProducerClosedError``. Idempotent; any thread may call it."""
+        with self.lock:
+            if self._closed:
+                return
+            self._closed = True
+            # Nobody is served from here on: each waiter's gathered bytes simply go back.
+            for waiter in list(self._waiters):
+                self._leave(waiter)
+                waiter.fail(
                     ProducerClosedError("the buffer pool was closed while waiting for memory")
                 )
 
     def statistics(self) -> PoolStats:
         """Return a snapshot of the pool's state and counters."""
-        available = self.available_memory()
-        return PoolStats(
-            total=self._total,
-            poolable_size=self._poolable,
-            free_buffers=len(self._free),
-            unallocated=self._unallocated,
-            available=available,
-            reserved=sum(waiter.accumulated for waiter in self._waiters.values()),
-            allocated=self._allocated,
-            waiters=len(self._waiters),
-            allocations=self._allocations,
-            queued_allocations=self._queued_allocations,
-            exhausted_count=self._exhausted,
-            wait_time_total_s=self._wait_time,
-            closed=self._closed,
-        )
+        with self.lock:
+            return PoolStats(
+                total=self._total,
+                poolable_size=self._poolable,
+                free_buffers=len(self._free),
+                unallocated=self._unallocated,
+                available=self.available_memory(),
+                reserved=sum(waiter.accumulated for waiter in self._waiters),
+                allocated=self._allocated,
+                waiters=len(self._waiters),
+                allocations=self._allocations,
+                queued_allocations=self._queued_allocations,
+                exhausted_count=self._exhausted,
+                wait_time_total_s=self._wait_time,
+                closed=self._closed,
+            )
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -328,7 +455,7 @@ class BufferPool:
             f" waiters={len(self._waiters)}>"
         )
 
-    # -- internals ---------------------------------------------------------------------------
+    # -- internals (all with the lock held) ----------------------------------------------------
 
     def _check_request(self, size: int) -> None:
         """Raise the error that forbids ``size`` outright, if any."""
@@ -342,6 +469,18 @@ class BufferPool:
         if self._closed:
             raise ProducerClosedError("the buffer pool is closed")
 
+    def _check_block(self, size: int, max_block_ms: float) -> None:
+        """Raise instead of queueing when the caller may not wait at all."""
+        if math.isnan(max_block_ms):
+            raise ValueError("max_block_ms must be a number, got NaN")
+        if max_block_ms <= 0:
+            self._exhausted += 1
+            raise BufferExhaustedError(self._exhausted_message(size, max_block_ms))
+
+    def _enqueue(self, waiter: _Waiter) -> None:
+        self._waiters[waiter] = None
+        self._queued_allocations += 1
+
     def _free_up(self, size: int) -> None:
         """Give up pooled buffers, most recently returned first, until ``size`` is unallocated."""
         free = self._free
@@ -353,11 +492,10 @@ class BufferPool:
         """Hand memory to waiters in FIFO order until the head cannot be satisfied."""
         waiters = self._waiters
         while waiters:
-            fut = next(iter(waiters))
-            waiter = waiters[fut]
-            if fut.cancelled():
+            waiter = next(iter(waiters))
+            if waiter.abandoned():
                 # Its task has not run its cleanup yet; do that here so nobody waits behind it.
-                self._leave(fut)
+                self._leave(waiter)
                 continue
             if waiter.size == self._poolable and self._free:
                 buffer = self._free.popleft()
@@ -371,35 +509,50 @@ class BufferPool:
                 if got < need:
                     return
                 buffer = bytearray(waiter.size)
-            del waiters[fut]
-            if waiter.timer is not None:
-                waiter.timer.cancel()
+            self._leave(waiter, keep_gathered=True)
             self._allocated += waiter.size
-            fut.set_result(buffer)
+            waiter.grant(buffer)
 
-    def _leave(self, fut: asyncio.Future[bytearray]) -> None:
-        """Take ``fut`` out of the queue (if still there) and return its gathered bytes.
-
-        The caller decides whether to serve the next waiter.
-        """
-        waiter = self._waiters.pop(fut, None)
-        if waiter is not None:
-            if waiter.timer is not None:
+    def _leave(self, waiter: _Waiter, *, keep_gathered: bool = False) -> None:
+        """Take ``waiter`` out of the queue (if still there) and return its gathered bytes,
+        unless they went into its grant. The caller decides whether to serve the next one."""
+        if waiter in self._waiters:
+            del self._waiters[waiter]
+            if isinstance(waiter, _TaskWaiter) and waiter.timer is not None:
                 waiter.timer.cancel()
-            self._unallocated += waiter.accumulated
+            if not keep_gathered:
+                self._unallocated += waiter.accumulated
+            waiter.accumulated = 0
 
-    def _expire(self, fut: asyncio.Future[bytearray], max_block_ms: float) -> None:
+    def _abandon(self, waiter: _TaskWaiter) -> None:
+        """A task stopped waiting: return a grant it did not take, or leave the queue."""
+        granted, waiter.granted = waiter.granted, None
+        waiter.future.cancel()  # no-op once resolved: nothing may resolve it from now on
+        if granted is not None:
+            self.deallocate(granted)
+        elif waiter in self._waiters:
+            self._leave(waiter)
+            self._serve()
+
+    def _expire(self, waiter: _TaskWaiter, max_block_ms: float) -> None:
         """Deadline timer callback for a queued waiter (leaving the queue cancels the timer)."""
-        if not fut.cancelled():
+        with self.lock:
+            if waiter not in self._waiters:
+                return  # granted (or failed) just before the timer fired
+            if waiter.abandoned():  # cancelled, its task not yet cleaned up: only prune it
+                self._leave(waiter)
+                self._serve()
+                return
             # Like Kafka, report the memory available to this waiter, before its share goes back.
-            message = self._exhausted_message(self._waiters[fut].size, max_block_ms)
+            message = self._exhausted_message(waiter.size, max_block_ms)
             self._exhausted += 1
-            fut.set_exception(BufferExhaustedError(message))
-        self._leave(fut)
-        self._serve()
+            self._leave(waiter)
+            waiter.fail(BufferExhaustedError(message))
+            self._serve()
 
     def _exhausted_message(self, size: int, max_block_ms: float) -> str:
-        blocked = int(max_block_ms) if max_block_ms == int(max_block_ms) else max_block_ms
+        integral = math.isfinite(max_block_ms) and max_block_ms == int(max_block_ms)
+        blocked = int(max_block_ms) if integral else max_block_ms
         return (
             f"Failed to allocate {size} bytes within the configured max blocking time"
             f" {blocked} ms. Total memory: {self._total} bytes. Available memory:"

@@ -18,6 +18,7 @@ cdef class Producer:
     cdef public Py_ssize_t _max_record_size
     cdef public bint _sticky
     cdef public object _loop
+    cdef public long long _loop_thread
     cdef public object _parts
     cdef public object _key_serializer
     cdef public object _value_serializer
@@ -25,3 +26,5 @@ cdef class Producer:
     cdef public double _max_block_ms
     cdef public long long _batches_seen
     cdef object __weakref__
+
+    cpdef tuple _checked(self, key, value, headers, timestamp_ms)

@@ -8,17 +8,19 @@ bounded by ``max_block_ms``, and returns a future that the sender resolves with 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from time import time_ns
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.codecs import CompressionType
-from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
+from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata, ThreadRecordFuture
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.partitioner import BuiltInPartitioner
 from aioaccum._core.records import (
@@ -38,19 +40,22 @@ from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
     ConfigError,
     ProducerClosedError,
+    ProducerTimeoutError,
     RecordTooLargeError,
 )
 from aioaccum.metrics import ProducerMetrics
 from aioaccum.pool import BufferPool
 from aioaccum.sender import Sender
 
-__all__ = ["FutureRecordMetadata", "Producer", "RecordMetadata"]
+__all__ = ["FutureRecordMetadata", "Producer", "RecordMetadata", "ThreadRecordFuture"]
 
 log = logging.getLogger(__name__)
 
 _NO_HEADERS: list[tuple[str, bytes | None]] = []
 _RECORD_BOUND = RECORD_BATCH_OVERHEAD + MAX_RECORD_OVERHEAD + 10
 _MAX_TIMESTAMP = 2**63 - 1  # the batch header's int64
+# Seconds a thread waits beyond max_block_ms for the loop thread to answer at all.
+_LOOP_GRACE_S = 5.0
 # Set in the context of the sender task (and the tasks it starts) to the producer it serves.
 _SENDER_OF: contextvars.ContextVar[Producer | None] = contextvars.ContextVar(
     "aioaccum_sender_of", default=None
@@ -92,6 +97,7 @@ class Producer:
         self._max_record_size = min(config.max_request_size, config.buffer_memory)
         self._sticky = config.partitioner is None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = -1
         # Read once per record: kept as plain attributes, away from the config's lookups.
         self._parts: tuple[KafkaAdapter, RecordAccumulator, Sender] | None = None
         self._key_serializer = config.key_serializer
@@ -119,6 +125,7 @@ class Producer:
             raise ProducerClosedError("this producer was closed; create a new one")
         cfg = self._config
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         kafka = self._kafka_override or AioKafkaAdapter(cfg)
         await kafka.start()
         self._kafka = kafka
@@ -151,7 +158,7 @@ class Producer:
             transaction_manager=txn,
             metrics=self._metrics,
         )
-        self._acc.set_wakeup(self._sender.wakeup)
+        self._acc.set_wakeup(self._sender.wakeup, self._sender.wakeup_threadsafe)
         # The sender's tasks, and every task they start, carry this producer in their context.
         context = contextvars.copy_context()
         context.run(_SENDER_OF.set, self)
@@ -289,6 +296,36 @@ class Producer:
                 self._running_parts()
         kafka = self._kafka
         assert kafka is not None
+        key, value, header_list, timestamp_ms, size = self._checked(
+            key, value, headers, timestamp_ms
+        )
+        partitions = kafka.partitions_for_topic(topic)
+        max_block_ms: float = self._max_block_ms
+        if not partitions:
+            partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
+        loop = self._loop
+        assert loop is not None  # set by start(), which made _parts
+        # Most records fit the open batch or a free pooled buffer: a plain call, no suspension.
+        appended = acc.append(
+            topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
+            loop.time(),
+        )
+        if type(appended) is BufferRequest:
+            appended = await self._append_after_wait(
+                acc, appended, max_block_ms,
+                topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
+            )
+        return appended  # type: ignore[return-value]  # a BufferRequest never comes back twice
+
+    def _checked(
+        self,
+        key: Any,
+        value: Any,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+        timestamp_ms: int | None,
+    ) -> tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int, int]:
+        """One record serialized and checked: key, value, headers, timestamp, and an upper
+        bound of its size. Raises the errors :meth:`send` documents."""
         if self._key_serializer is not None:
             key = self._key_serializer(key)
         if self._value_serializer is not None:
@@ -313,24 +350,82 @@ class Producer:
             size = estimate_size_in_bytes_upper_bound(key, value, header_list)
             if size > self._max_record_size:
                 self._raise_too_large(size)
+        return key, value, header_list, timestamp_ms, size
 
+    def send_from_thread(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> ThreadRecordFuture:
+        """:meth:`send` for plain threads: buffer one record from any thread but the loop's.
+
+        The calling thread appends the record itself (the accumulator is shared under a lock,
+        as in Java's producer), so records of one thread keep their order, and nothing is
+        handed between threads per record. It blocks while the topic's metadata is fetched and
+        while the buffer pool has no room, each up to ``max_block_ms``, waiting for memory in
+        the same queue as coroutines.
+
+        Returns:
+            A :class:`ThreadRecordFuture`: ``result(timeout)`` blocks until the broker answered.
+
+        Raises:
+            The errors of :meth:`send`, and ``RuntimeError`` on the loop's own thread (blocking
+            there would stop the loop that has to free memory).
+        """
+        if self._parts is None:
+            self._running_parts()
+        if threading.get_ident() == self._loop_thread:
+            raise RuntimeError(
+                "producer.send_from_thread() was called on the producer's own event-loop thread "
+                "(from a record future's callback?), where blocking would stop the loop; use "
+                "await producer.send() there"
+            )
+        acc = self._acc
+        kafka = self._kafka
+        loop = self._loop
+        assert acc is not None  # set by start(), which made _parts
+        assert kafka is not None
+        assert loop is not None
+        key, value, header_list, timestamp_ms, size = self._checked(
+            key, value, headers, timestamp_ms
+        )
         partitions = kafka.partitions_for_topic(topic)
         max_block_ms: float = self._max_block_ms
         if not partitions:
-            partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
-        loop = self._loop
-        assert loop is not None  # set by start(), which made _parts
-        # Most records fit the open batch or a free pooled buffer: a plain call, no suspension.
+            partitions, max_block_ms = self._wait_for_topic_from_thread(kafka, topic, loop)
         appended = acc.append(
             topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
-            loop.time(),
+            loop.time(), None, True,
         )
         if type(appended) is BufferRequest:
-            appended = await self._append_after_wait(
-                acc, appended, max_block_ms,
+            pool = self._pool
+            assert pool is not None
+            buffer = pool.allocate_blocking(appended.size, max_block_ms)
+            appended = acc.append(
                 topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
+                loop.time(), (appended, buffer), True,
             )
         return appended  # type: ignore[return-value]  # a BufferRequest never comes back twice
+
+    def _wait_for_topic_from_thread(
+        self, kafka: KafkaAdapter, topic: str, loop: asyncio.AbstractEventLoop
+    ) -> tuple[Sequence[int], float]:
+        waiting = asyncio.run_coroutine_threadsafe(self._wait_for_topic(kafka, topic), loop)
+        try:
+            # The wait bounds itself by max_block_ms; the margin is for a loop slow to answer.
+            return waiting.result(self._max_block_ms / 1000 + _LOOP_GRACE_S)
+        except concurrent.futures.TimeoutError:
+            if waiting.done():
+                raise  # the wait's own timeout (ProducerTimeoutError is a TimeoutError)
+            waiting.cancel()
+            raise ProducerTimeoutError(
+                f"the metadata of topic {topic!r} did not arrive within max_block_ms="
+                f"{self._max_block_ms:g} ms (the producer's loop did not answer in time)"
+            ) from None
 
     async def _append_after_wait(
         self,
@@ -359,7 +454,7 @@ class Producer:
             loop.time(), granted=(request, buffer),
         )
         assert not isinstance(appended, BufferRequest)
-        return appended
+        return cast(FutureRecordMetadata, appended)  # what try_append makes for the loop
 
     @staticmethod
     def _checked_many_headers(
@@ -514,12 +609,12 @@ class Producer:
         try:
             while accepted < count:
                 if bulk:
-                    appended = acc.append_run(
+                    in_run = acc.append_run(
                         topic, partition, timestamp_ms, key_array, value_array, accepted,
                         outcome, partitions, kafka,
                     )
-                    if appended:
-                        accepted += appended
+                    if in_run:
+                        accepted += in_run
                         continue
                 key = None if key_array is None else key_array[accepted]
                 value = value_array[accepted]
@@ -530,15 +625,17 @@ class Producer:
                     if header_lists is None
                     else estimate_size_in_bytes_upper_bound(key, value, headers_of)
                 )
-                future = acc.append(
+                appended = acc.append(
                     topic, partition, timestamp_ms, key, value, headers_of, size, partitions,
                     kafka, loop.time(),
                 )
-                if isinstance(future, BufferRequest):
+                if isinstance(appended, BufferRequest):
                     future = await self._append_after_wait(
-                        acc, future, max_block_ms, topic, partition, timestamp_ms, key, value,
+                        acc, appended, max_block_ms, topic, partition, timestamp_ms, key, value,
                         headers_of, size, partitions, kafka,
                     )
+                else:
+                    future = cast(FutureRecordMetadata, appended)
                 future.add_done_callback(outcome.sink_for(accepted), context=context)
                 accepted += 1
                 if acc.batches_created != self._batches_seen:

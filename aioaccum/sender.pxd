@@ -31,4 +31,6 @@ cdef class Sender:
     cdef public object _txn
     cdef public object _wakeup
     cdef public bint _woken
+    cdef public object _loop
+    cdef public bint _wake_scheduled
     cdef object __weakref__

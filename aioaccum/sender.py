@@ -112,6 +112,8 @@ class Sender:
         self._request_tasks: set[asyncio.Task[None]] = set()
         self._wakeup: asyncio.Future[None] | None = None
         self._woken = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake_scheduled = False
         self._running = True
         self._force_close = False
         self._progress: list[asyncio.Future[None]] = []
@@ -132,6 +134,22 @@ class Sender:
         fut = self._wakeup
         if fut is not None and not fut.done():
             fut.set_result(None)
+
+    def wakeup_threadsafe(self) -> None:
+        """:meth:`wakeup` from another thread: one loop callback at a time, however many
+        threads ask meanwhile."""
+        loop = self._loop
+        if loop is None or self._wake_scheduled:
+            return  # not running yet (its first turn looks anyway), or a wake is on its way
+        self._wake_scheduled = True
+        try:
+            loop.call_soon_threadsafe(self._wake_from_thread)
+        except RuntimeError:
+            self._wake_scheduled = False  # the loop is closed: nothing left to wake
+
+    def _wake_from_thread(self) -> None:
+        self._wake_scheduled = False
+        self.wakeup()
 
     def initiate_close(self) -> None:
         """Finish what is buffered, then stop."""
@@ -176,7 +194,7 @@ class Sender:
     # --- the loop
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         clock = self._clock or loop.time
         try:
             while self._running or (

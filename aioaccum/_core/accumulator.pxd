@@ -1,7 +1,7 @@
 # Compiled declarations for accumulator.py; see futures.pxd.
 cimport cython
 from aioaccum._core.batch cimport ProducerBatch
-from aioaccum._core.futures cimport FutureRecordMetadata
+from aioaccum._core.futures cimport RecordFuture
 from aioaccum._core.partitioner cimport BuiltInPartitioner, partition_for
 
 
@@ -12,7 +12,9 @@ cdef class RecordAccumulator:
     cdef public object _custom
     cdef public bint _ignore_keys
     cdef public object _loop
+    cdef public object _lock
     cdef public object _wakeup
+    cdef public object _wakeup_threadsafe
     cdef public dict _tps
     cdef public long long batches_created
     cdef public object fatal_error
@@ -31,12 +33,12 @@ cdef class RecordAccumulator:
     cdef public bint _closed
 
     @cython.locals(
-        last=ProducerBatch, batch=ProducerBatch, future=FutureRecordMetadata, full=cython.bint,
-        sticky=cython.bint, dq=object,
+        last=ProducerBatch, batch=ProducerBatch, future=RecordFuture, full=cython.bint,
+        opened=cython.bint, sticky=cython.bint, dq=object,
     )
     cpdef object append(
         self, str topic, partition, timestamp, key, value, headers, Py_ssize_t record_size,
-        partitions, cluster, double now, granted=*
+        partitions, cluster, double now, granted=*, bint for_thread=*
     )
 
     @cython.locals(tps=list)

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from aioaccum._core.batch import ProducerBatch, RunSink
 from aioaccum._core.cluster import ClusterView, TopicPartition
 from aioaccum._core.codecs import CompressionRatioEstimator, CompressionType
-from aioaccum._core.futures import CallbackLoop, FutureRecordMetadata
+from aioaccum._core.futures import CallbackLoop, FutureRecordMetadata, RecordFuture
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.partitioner import (
     BuiltInPartitioner,
@@ -65,6 +66,9 @@ class BufferSupplier(Protocol):
 
     @property
     def poolable_size(self) -> int: ...
+
+    @property
+    def lock(self) -> AbstractContextManager[bool]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,12 +139,16 @@ class RecordAccumulator:
         loop: CallbackLoop | None = None,
     ) -> None:
         self._pool = pool
+        # The pool's lock guards the batches too: threads append while the loop drains, and an
+        # append that opens a batch takes memory from the pool in the same step.
+        self._lock = pool.lock
         self._partitioner = partitioner or BuiltInPartitioner(batch_size)
         self._adaptive = self._partitioner.adaptive
         self._custom = custom_partitioner
         self._ignore_keys = ignore_keys
         self._loop = loop
         self._wakeup: Callable[[], None] = _nothing
+        self._wakeup_threadsafe: Callable[[], None] = _nothing
         self._tps: dict[str, list[TopicPartition]] = {}
         self.batches_created = 0
         """New batches opened so far: the producer yields to the sender once per new batch."""
@@ -175,9 +183,11 @@ class RecordAccumulator:
         cluster: ClusterView,
         now: float,
         granted: tuple[BufferRequest, bytearray] | None = None,
-    ) -> FutureRecordMetadata | BufferRequest:
+        for_thread: bool = False,
+    ) -> RecordFuture | BufferRequest:
         """Choose the record's partition and append it (Kafka's ``RecordAccumulator.append``
-        with the built-in partitioner inside). Synchronous: it never waits.
+        with the built-in partitioner inside). Synchronous: it never waits, and any thread may
+        call it.
 
         The record goes into the partition's open batch; failing that into a new batch in a
         buffer the pool gives at once. When the pool has none, nothing is appended and a
@@ -191,64 +201,74 @@ class RecordAccumulator:
             cluster: Leaders and available partitions, for the custom and sticky partitioners.
             now: The caller's clock, in seconds.
             granted: The earlier request and the buffer the pool gave for it.
+            for_thread: The caller is a thread, not a coroutine on the loop: its record gets a
+                :class:`ThreadRecordFuture`, and the sender is woken across threads.
 
         Returns:
-            The record's future, or the buffer request.
+            The record's future (a :class:`FutureRecordMetadata` unless ``for_thread``), or the
+            buffer request.
 
         Raises:
             ProducerClosedError: The accumulator was closed (a granted buffer is returned).
             ConfigError: The explicit or custom partition is not one of ``partitions``.
         """
-        if self._closed or self.fatal_error is not None:
+        with self._lock:
+            if self._closed or self.fatal_error is not None:
+                if granted is not None:
+                    self._pool.deallocate(granted[1], granted[0].size)
+                raise self._refusal()
             if granted is not None:
-                self._pool.deallocate(granted[1], granted[0].size)
-            raise self._refusal()
-        if granted is not None:
-            chosen = granted[0].partition
-            sticky = granted[0].sticky
-        else:
-            choice = partition_for(
-                topic, partition, key, value, partitions, cluster, self._custom, self._ignore_keys
-            )
-            sticky = choice is None
-            chosen = self._partitioner.partition(topic, cluster) if choice is None else choice
-        tp = self._topic_partition(topic, chosen, partitions)
-        dq = self._batches.get(tp)
-        future = None
-        if dq:
-            last = dq[-1]
-            future = last.try_append(timestamp, key, value, headers)
-        if future is not None and dq:
-            full = len(dq) > 1 or last.builder.is_full
-            if granted is not None:
-                # Another task opened a batch while this one waited for memory.
-                self._pool.deallocate(granted[1], granted[0].size)
-        else:
-            if granted is not None:
-                buffer = granted[1]
+                chosen = granted[0].partition
+                sticky = granted[0].sticky
             else:
-                size = max(
-                    self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers)
+                choice = partition_for(
+                    topic, partition, key, value, partitions, cluster, self._custom,
+                    self._ignore_keys,
                 )
-                got = self._pool.allocate_nowait(size)
-                if got is None:
-                    return BufferRequest(chosen, size, sticky)
-                buffer = got
-            if dq is None:
-                dq = self._batches[tp] = collections.deque()
-            batch = self._new_batch(tp, buffer, now)
-            future = batch.try_append(timestamp, key, value, headers)
-            assert future is not None, "the first record of a batch always fits"
-            dq.append(batch)
-            self._incomplete.add(batch)
-            full = len(dq) > 1 or batch.builder.is_full
-            self.batches_created += 1
-            self._wakeup()
-        if full:
-            self._wakeup()
-        if sticky:
-            self._sticky_appended(topic, chosen, record_size - RECORD_BATCH_OVERHEAD, full)
-        return future
+                sticky = choice is None
+                chosen = self._partitioner.partition(topic, cluster) if choice is None else choice
+            tp = self._topic_partition(topic, chosen, partitions)
+            dq = self._batches.get(tp)
+            future = None
+            opened = False
+            if dq:
+                last = dq[-1]
+                future = last.try_append(timestamp, key, value, headers, for_thread)
+            if future is not None and dq:
+                full = len(dq) > 1 or last.builder.is_full
+                if granted is not None:
+                    # Another caller opened a batch while this one waited for memory.
+                    self._pool.deallocate(granted[1], granted[0].size)
+            else:
+                if granted is not None:
+                    buffer = granted[1]
+                else:
+                    size = max(
+                        self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers)
+                    )
+                    got = self._pool.allocate_nowait(size)
+                    if got is None:
+                        return BufferRequest(chosen, size, sticky)
+                    buffer = got
+                if dq is None:
+                    dq = self._batches[tp] = collections.deque()
+                batch = self._new_batch(tp, buffer, now)
+                future = batch.try_append(timestamp, key, value, headers, for_thread)
+                assert future is not None, "the first record of a batch always fits"
+                dq.append(batch)
+                self._incomplete.add(batch)
+                full = len(dq) > 1 or batch.builder.is_full
+                opened = True
+                self.batches_created += 1
+            # A new batch starts a linger the sender must time; a full one can go now.
+            if opened or full:
+                if for_thread:
+                    self._wakeup_threadsafe()
+                else:
+                    self._wakeup()
+            if sticky:
+                self._sticky_appended(topic, chosen, record_size - RECORD_BATCH_OVERHEAD, full)
+            return future
 
     def _topic_partition(
         self, topic: str, partition: int, partitions: Sequence[int]
@@ -291,28 +311,30 @@ class RecordAccumulator:
             ProducerClosedError: The accumulator was closed.
             ConfigError: ``partition`` is not one of ``partitions``.
         """
-        if self._closed or self.fatal_error is not None:
-            raise self._refusal()
-        # No key and no custom partitioner here: a fixed partition, or the sticky one.
-        choice = partition_for(topic, partition, None, None, partitions, cluster, None, True)
-        sticky = choice is None
-        chosen = self._partitioner.partition(topic, cluster) if choice is None else choice
-        dq = self._batches.get(self._topic_partition(topic, chosen, partitions))
-        if not dq:
-            return 0
-        last = dq[-1]
-        appended = last.try_append_many(timestamp, keys, values, start, run)
-        if not appended:
-            return 0
-        full = len(dq) > 1 or last.builder.is_full
-        if full:
-            self._wakeup()
-        if sticky:
-            size = appended * _RECORD_OVERHEAD_BOUND + total_len(values, start, start + appended)
-            if keys is not None:
-                size += total_len(keys, start, start + appended)
-            self._sticky_appended(topic, chosen, size, full)
-        return appended
+        with self._lock:
+            if self._closed or self.fatal_error is not None:
+                raise self._refusal()
+            # No key and no custom partitioner here: a fixed partition, or the sticky one.
+            choice = partition_for(topic, partition, None, None, partitions, cluster, None, True)
+            sticky = choice is None
+            chosen = self._partitioner.partition(topic, cluster) if choice is None else choice
+            dq = self._batches.get(self._topic_partition(topic, chosen, partitions))
+            if not dq:
+                return 0
+            last = dq[-1]
+            appended = last.try_append_many(timestamp, keys, values, start, run)
+            if not appended:
+                return 0
+            full = len(dq) > 1 or last.builder.is_full
+            if full:
+                self._wakeup()
+            if sticky:
+                stop = start + appended
+                size = appended * _RECORD_OVERHEAD_BOUND + total_len(values, start, stop)
+                if keys is not None:
+                    size += total_len(keys, start, stop)
+                self._sticky_appended(topic, chosen, size, full)
+            return appended
 
     def _refusal(self) -> ProducerClosedError:
         fatal = self.fatal_error
@@ -322,9 +344,13 @@ class RecordAccumulator:
         error.__cause__ = fatal
         return error
 
-    def set_wakeup(self, wakeup: Callable[[], None]) -> None:
-        """Who to tell when a batch fills up or a new one opens (the sender)."""
+    def set_wakeup(
+        self, wakeup: Callable[[], None], threadsafe: Callable[[], None] | None = None
+    ) -> None:
+        """Who to tell when a batch fills up or a new one opens (the sender), and how to tell it
+        from another thread than the loop's."""
         self._wakeup = wakeup
+        self._wakeup_threadsafe = threadsafe or wakeup
 
     def _new_batch(
         self, tp: TopicPartition, buffer: bytearray, now: float, *, from_pool: bool = True
@@ -342,44 +368,46 @@ class RecordAccumulator:
 
     def ready(self, cluster: ClusterView, now: float) -> ReadyCheck:
         """Nodes with sendable data, how long until the next may be, and leaderless topics."""
-        ready_nodes: set[int] = set()
-        unknown: set[str] = set()
-        next_check = self._linger if self._linger > 0 else float("inf")
-        exhausted = self._pool.queued() > 0
-        forced = exhausted or self._closed or self._flushes_in_progress > 0
-        for tp, dq in self._batches.items():
-            if not dq:
-                continue
-            leader = cluster.leader_for(tp)
-            if leader is None:
-                unknown.add(tp.topic)
-                continue
-            if leader in ready_nodes or tp in self._muted:
-                continue
-            batch = dq[0]
-            waited = now - batch.last_attempt
-            backing_off = batch.attempts > 0 and waited + _CLOCK_TOLERANCE < batch.backoff
-            time_to_wait = batch.backoff if backing_off else self._linger
-            full = len(dq) > 1 or batch.is_full
-            # With a tolerance: a timer set for time_to_wait may fire a rounding error early,
-            # and a sleep of 1e-17 s would not move a float clock forward, so it would spin.
-            expired = waited + _CLOCK_TOLERANCE >= time_to_wait
-            if (full or expired or forced) and not backing_off:
-                ready_nodes.add(leader)
-            else:
-                next_check = min(next_check, max(time_to_wait - waited, 0.0))
-        return ReadyCheck(frozenset(ready_nodes), next_check, frozenset(unknown))
+        with self._lock:
+            ready_nodes: set[int] = set()
+            unknown: set[str] = set()
+            next_check = self._linger if self._linger > 0 else float("inf")
+            exhausted = self._pool.queued() > 0
+            forced = exhausted or self._closed or self._flushes_in_progress > 0
+            for tp, dq in self._batches.items():
+                if not dq:
+                    continue
+                leader = cluster.leader_for(tp)
+                if leader is None:
+                    unknown.add(tp.topic)
+                    continue
+                if leader in ready_nodes or tp in self._muted:
+                    continue
+                batch = dq[0]
+                waited = now - batch.last_attempt
+                backing_off = batch.attempts > 0 and waited + _CLOCK_TOLERANCE < batch.backoff
+                time_to_wait = batch.backoff if backing_off else self._linger
+                full = len(dq) > 1 or batch.is_full
+                # With a tolerance: a timer set for time_to_wait may fire a rounding error early,
+                # and a sleep of 1e-17 s would not move a float clock forward, so it would spin.
+                expired = waited + _CLOCK_TOLERANCE >= time_to_wait
+                if (full or expired or forced) and not backing_off:
+                    ready_nodes.add(leader)
+                else:
+                    next_check = min(next_check, max(time_to_wait - waited, 0.0))
+            return ReadyCheck(frozenset(ready_nodes), next_check, frozenset(unknown))
 
     def drain(
         self, cluster: ClusterView, nodes: Iterable[int], max_size: int, now: float
     ) -> dict[int, list[ProducerBatch]]:
         """Take at most one batch per partition for each node, within ``max_size`` bytes."""
-        out: dict[int, list[ProducerBatch]] = {}
-        for node in nodes:
-            batches = self._drain_node(cluster, node, max_size, now)
-            if batches:
-                out[node] = batches
-        return out
+        with self._lock:
+            out: dict[int, list[ProducerBatch]] = {}
+            for node in nodes:
+                batches = self._drain_node(cluster, node, max_size, now)
+                if batches:
+                    out[node] = batches
+            return out
 
     def _drain_node(
         self, cluster: ClusterView, node: int, max_size: int, now: float
@@ -420,13 +448,14 @@ class RecordAccumulator:
 
     def expired_batches(self, now: float) -> list[ProducerBatch]:
         """Remove and return queued batches older than ``delivery_timeout``."""
-        expired: list[ProducerBatch] = []
-        for dq in self._batches.values():
-            while dq and dq[0].has_reached_delivery_timeout(self._delivery_timeout, now):
-                batch = dq.popleft()
-                batch.close()
-                expired.append(batch)
-        return expired
+        with self._lock:
+            expired: list[ProducerBatch] = []
+            for dq in self._batches.values():
+                while dq and dq[0].has_reached_delivery_timeout(self._delivery_timeout, now):
+                    batch = dq.popleft()
+                    batch.close()
+                    expired.append(batch)
+            return expired
 
     def reenqueue(self, batch: ProducerBatch, now: float, backoff: float) -> None:
         """Put a batch that must be retried back at the head of its partition's deque.
@@ -435,8 +464,9 @@ class RecordAccumulator:
         several in-flight batches of a partition fail together, they are re-sent in the order the
         broker expects.
         """
-        batch.reenqueued(now, backoff)
-        self._insert_in_sequence_order(batch)
+        with self._lock:
+            batch.reenqueued(now, backoff)
+            self._insert_in_sequence_order(batch)
 
     def _insert_in_sequence_order(self, batch: ProducerBatch) -> None:
         dq = self._batches.setdefault(batch.tp, collections.deque())
@@ -457,16 +487,17 @@ class RecordAccumulator:
         Call only with no request in flight, so every unfinished batch is in a queue.
         Returns the number of batches re-stamped.
         """
-        if self._txn is None:
-            return 0
-        count = 0
-        for dq in self._batches.values():
-            for batch in dq:
-                if batch.base_sequence < 0:
-                    break  # stamped batches come first; the rest are stamped when drained
-                self._txn.stamp(batch, again=True)
-                count += 1
-        return count
+        with self._lock:
+            if self._txn is None:
+                return 0
+            count = 0
+            for dq in self._batches.values():
+                for batch in dq:
+                    if batch.base_sequence < 0:
+                        break  # stamped batches come first; the rest are stamped when drained
+                    self._txn.stamp(batch, again=True)
+                    count += 1
+            return count
 
     def split_and_reenqueue(self, big: ProducerBatch, now: float, backoff: float) -> int:
         """Re-batch a batch the broker refused as too large; returns the number of new batches.
@@ -475,50 +506,52 @@ class RecordAccumulator:
         creation time for the delivery timeout, keep each record's own result, and take over the
         original's sequence range so an idempotent partition sees no gap.
         """
-        if big.compression is not CompressionType.NONE:
-            # The estimate was too optimistic: make the next batches of this topic smaller.
-            self._estimator.set_estimation(big.tp.topic, big.compression, 1.0)
-        parts: list[ProducerBatch] = []
-        for timestamp, key, value, headers, future, callback in big.split_records():
-            if not parts or not _append_moved(
-                parts[-1], timestamp, key, value, headers, future, callback
-            ):
-                size = max(
-                    self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers)
-                )
-                part = self._new_batch(big.tp, bytearray(size), big.created, from_pool=False)
-                appended = _append_moved(part, timestamp, key, value, headers, future, callback)
-                assert appended, "the first record of a batch always fits"
-                parts.append(part)
-        big.detach_records()
-        big.split_into = parts
-        big.abort(RuntimeError("split into smaller batches"))
-        self.deallocate(big)
-        sequence = big.base_sequence
-        for part in parts:
-            # Closed at once: each part's record count (and so its sequence range) is final.
-            part.close()
-            if sequence >= 0 and self._txn is not None:
-                producer = self._txn.producer
-                part.set_producer_state(producer.producer_id, producer.epoch, sequence)
-                sequence += part.record_count
-            self._incomplete.add(part)
-            part.attempts = big.attempts
-            part.reenqueued(now, backoff)
-            self._insert_in_sequence_order(part)
-        return len(parts)
+        with self._lock:
+            if big.compression is not CompressionType.NONE:
+                # The estimate was too optimistic: make the next batches of this topic smaller.
+                self._estimator.set_estimation(big.tp.topic, big.compression, 1.0)
+            parts: list[ProducerBatch] = []
+            for timestamp, key, value, headers, future, callback in big.split_records():
+                if not parts or not _append_moved(
+                    parts[-1], timestamp, key, value, headers, future, callback
+                ):
+                    size = max(
+                        self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers)
+                    )
+                    part = self._new_batch(big.tp, bytearray(size), big.created, from_pool=False)
+                    appended = _append_moved(part, timestamp, key, value, headers, future, callback)
+                    assert appended, "the first record of a batch always fits"
+                    parts.append(part)
+            big.detach_records()
+            big.split_into = parts
+            big.abort(RuntimeError("split into smaller batches"))
+            self.deallocate(big)
+            sequence = big.base_sequence
+            for part in parts:
+                # Closed at once: each part's record count (and so its sequence range) is final.
+                part.close()
+                if sequence >= 0 and self._txn is not None:
+                    producer = self._txn.producer
+                    part.set_producer_state(producer.producer_id, producer.epoch, sequence)
+                    sequence += part.record_count
+                self._incomplete.add(part)
+                part.attempts = big.attempts
+                part.reenqueued(now, backoff)
+                self._insert_in_sequence_order(part)
+            return len(parts)
 
     def deallocate(self, batch: ProducerBatch) -> None:
         """Return a finished batch's buffer to the pool; only when no request reads it any more."""
-        if batch not in self._incomplete:
-            return
-        self._incomplete.discard(batch)
-        if batch.is_closed and batch.compression is not CompressionType.NONE:
-            self._estimator.update_estimation(
-                batch.tp.topic, batch.compression, batch.builder.compression_ratio
-            )
-        if batch.from_pool:
-            self._pool.deallocate(batch.buffer)
+        with self._lock:
+            if batch not in self._incomplete:
+                return
+            self._incomplete.discard(batch)
+            if batch.is_closed and batch.compression is not CompressionType.NONE:
+                self._estimator.update_estimation(
+                    batch.tp.topic, batch.compression, batch.builder.compression_ratio
+                )
+            if batch.from_pool:
+                self._pool.deallocate(batch.buffer)
 
     def mute(self, tp: TopicPartition) -> None:
         self._muted.add(tp)
@@ -539,11 +572,13 @@ class RecordAccumulator:
 
     def incomplete_batches(self) -> list[ProducerBatch]:
         """Every batch appended to and not yet ended: what a flush waits for."""
-        return list(self._incomplete)
+        with self._lock:
+            return list(self._incomplete)
 
     def close(self) -> None:
         """Refuse new appends; what is queued becomes sendable at once."""
-        self._closed = True
+        with self._lock:
+            self._closed = True
 
     @property
     def closed(self) -> bool:
@@ -554,23 +589,26 @@ class RecordAccumulator:
 
     def abort_undrained_batches(self, error: BaseException) -> list[ProducerBatch]:
         """Abort every queued batch (the sender aborts its in-flight ones itself)."""
-        aborted: list[ProducerBatch] = []
-        for dq in self._batches.values():
-            while dq:
-                batch = dq.popleft()
-                batch.close()
-                batch.abort(error)
-                self.deallocate(batch)
-                aborted.append(batch)
-        return aborted
+        with self._lock:
+            aborted: list[ProducerBatch] = []
+            for dq in self._batches.values():
+                while dq:
+                    batch = dq.popleft()
+                    batch.close()
+                    batch.abort(error)
+                    self.deallocate(batch)
+                    aborted.append(batch)
+            return aborted
 
     def queued_batches(self, tp: TopicPartition) -> int:
-        dq = self._batches.get(tp)
-        return len(dq) if dq else 0
+        with self._lock:
+            dq = self._batches.get(tp)
+            return len(dq) if dq else 0
 
     def partition_queue_sizes(self, topic: str) -> dict[int, int]:
         """Batches queued per partition of ``topic``: the adaptive partitioner's load signal."""
-        return {tp.partition: len(dq) for tp, dq in self._batches.items() if tp.topic == topic}
+        with self._lock:
+            return {tp.partition: len(dq) for tp, dq in self._batches.items() if tp.topic == topic}
 
 
 def _append_moved(
@@ -579,7 +617,7 @@ def _append_moved(
     key: bytes | None,
     value: bytes | None,
     headers: Sequence[Header],
-    future: FutureRecordMetadata | None,
+    future: RecordFuture | None,
     callback: Callable[[FutureRecordMetadata], object] | None,
 ) -> bool:
     """Append a record a split moved: its future follows it; a bulk run's record gets a new
@@ -590,5 +628,5 @@ def _append_moved(
     if new is None:
         return False
     if callback is not None:
-        new.add_done_callback(callback)
+        cast(FutureRecordMetadata, new).add_done_callback(callback)
     return True

@@ -1,6 +1,8 @@
 # Compiled declarations for batch.py; see futures.pxd.
 cimport cython
-from aioaccum._core.futures cimport FutureRecordMetadata, ProduceRequestResult
+from aioaccum._core.futures cimport (
+    FutureRecordMetadata, ProduceRequestResult, RecordFuture, ThreadRecordFuture,
+)
 
 
 cdef class ProducerBatch:
@@ -22,5 +24,5 @@ cdef class ProducerBatch:
     cdef public object split_into
     cdef public object tp
 
-    @cython.locals(future=FutureRecordMetadata, delta=Py_ssize_t)
-    cpdef FutureRecordMetadata try_append(self, timestamp, key, value, headers)
+    @cython.locals(future=RecordFuture, for_loop=FutureRecordMetadata, delta=Py_ssize_t)
+    cpdef RecordFuture try_append(self, timestamp, key, value, headers, bint for_thread=*)

@@ -20,7 +20,9 @@ from aioaccum._core.futures import (
     CallbackLoop,
     FutureRecordMetadata,
     ProduceRequestResult,
+    RecordFuture,
     RecordMetadata,
+    ThreadRecordFuture,
     fresh_error,
 )
 from aioaccum._core.records import MemoryRecordsBuilder
@@ -109,7 +111,7 @@ class ProducerBatch:
         self.result = ProduceRequestResult(tp, loop)
         # Each record's future (None for records of a bulk run): kept only so that a split can
         # point them at the batches their records move to.
-        self._futures: list[FutureRecordMetadata | None] = []
+        self._futures: list[RecordFuture | None] = []
         # (sink, first input index, offset delta of its first record, count) per bulk run.
         self._runs: list[tuple[RunSink, int, int, int]] = []
         self.closed = False
@@ -123,11 +125,13 @@ class ProducerBatch:
         key: bytes | None,
         value: bytes | None,
         headers: Sequence[Header],
-    ) -> FutureRecordMetadata | None:
+        for_thread: bool = False,
+    ) -> RecordFuture | None:
         """Append one record if it fits (the first record of a batch always does).
 
         Returns:
-            The record's future, or ``None`` if the record did not fit.
+            The record's future (a :class:`ThreadRecordFuture` if ``for_thread``, else a
+            :class:`FutureRecordMetadata`), or ``None`` if the record did not fit.
         """
         if self.closed:
             return None
@@ -135,15 +139,20 @@ class ProducerBatch:
         if delta < 0:
             return None
         # Filled in place rather than through __init__: compiled, this skips argument parsing.
-        future = FutureRecordMetadata.__new__(FutureRecordMetadata)
+        future: RecordFuture
+        if for_thread:
+            future = ThreadRecordFuture.__new__(ThreadRecordFuture)
+        else:
+            for_loop = FutureRecordMetadata.__new__(FutureRecordMetadata)
+            for_loop._cancel_message = None
+            for_loop._asyncio_future_blocking = False
+            future = for_loop
         future._result = self.result
         future._relative_offset = delta
         future._timestamp = timestamp
         future._key_size = -1 if key is None else len(key)
         future._value_size = -1 if value is None else len(value)
         future._cancelled = False
-        future._cancel_message = None
-        future._asyncio_future_blocking = False
         self._futures.append(future)
         return future
 
@@ -153,7 +162,7 @@ class ProducerBatch:
         key: bytes | None,
         value: bytes | None,
         headers: Sequence[Header],
-        future: FutureRecordMetadata,
+        future: RecordFuture,
     ) -> bool:
         """Append a record that a split took out of another batch, keeping its future."""
         if self.closed:
@@ -301,7 +310,7 @@ class ProducerBatch:
 
     def split_records(
         self,
-    ) -> Iterator[tuple[int, bytes | None, bytes | None, list[Header], FutureRecordMetadata | None,
+    ) -> Iterator[tuple[int, bytes | None, bytes | None, list[Header], RecordFuture | None,
                         Callable[[FutureRecordMetadata], object] | None]]:
         """Each record with its future, or (for a bulk run's record) the callback that reports
         it, for re-batching after MESSAGE_TOO_LARGE."""

@@ -11,16 +11,25 @@ cdef class ProduceRequestResult:
     cdef public bint done
     cdef public list _callbacks
     cdef public list _listeners
+    cdef public object _latch
+    cdef public object _thread_waiters
 
 
 # Kept small, a million of them being an ordinary load: 32-bit sizes and offset (a record and a
 # batch are far below 2 GiB), two flags, one 64-bit timestamp.
-cdef class FutureRecordMetadata:
+cdef class RecordFuture:
     cdef public ProduceRequestResult _result
-    cdef public object _cancel_message
     cdef public long long _timestamp
     cdef public int _relative_offset
     cdef public int _key_size
     cdef public int _value_size
     cdef public bint _cancelled
+
+
+cdef class FutureRecordMetadata(RecordFuture):
+    cdef public object _cancel_message
     cdef public bint _asyncio_future_blocking
+
+
+cdef class ThreadRecordFuture(RecordFuture):
+    pass

@@ -21,15 +21,28 @@ Cancelling a record future stops it from reporting; the record itself is still s
 reader: one exception object raised in many tasks would collect all their frames in its traceback
 and keep them, and the batch, alive.
 
+Threads get a :class:`ThreadRecordFuture` instead, Java's future as a thread sees it: ``result``
+blocks, up to a timeout, on a latch the batch result makes only when a thread first waits, and
+releases when the batch ends, so a batch of records costs one lock however many threads wait.
+It also carries the three attributes ``concurrent.futures.wait`` and ``as_completed`` use, so both
+work with it, again through the batch result.
+
+Thread futures and the batch result share one module lock, ``THREAD_LOCK``: a thread adds its
+callback or latch under it only while the batch is not done, and ending the batch sets ``done``
+under it, so nothing a thread adds is missed by the end. Loop-side code needs no lock, it runs on
+the thread that ends batches.
+
 The only asyncio names used are the two exception types a future must raise; the loop is handed in
 by the caller and used for ``call_soon`` alone, so the core still never creates futures or timers.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import contextvars
 import copy
+import threading
 from asyncio.exceptions import CancelledError, InvalidStateError
 from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, Protocol
@@ -42,11 +55,19 @@ except ModuleNotFoundError:  # a pure-Python run without Cython installed
     from aioaccum._core import _cython_shim as cython
 
 __all__ = [
+    "THREAD_LOCK",
     "CallbackLoop",
     "FutureRecordMetadata",
     "ProduceRequestResult",
+    "RecordFuture",
     "RecordMetadata",
+    "ThreadRecordFuture",
 ]
+
+# Guards what threads add to a batch result (callbacks, latches, waiters of concurrent.futures)
+# against the batch ending meanwhile. Reentrant: concurrent.futures.wait takes the "condition" of
+# every future it waits for, and many of ours share it.
+THREAD_LOCK = threading.RLock()
 
 
 class RecordMetadata(NamedTuple):
@@ -100,7 +121,9 @@ class ProduceRequestResult:
 
     __slots__ = (
         "_callbacks",
+        "_latch",
         "_listeners",
+        "_thread_waiters",
         "base_offset",
         "done",
         "error",
@@ -117,19 +140,65 @@ class ProduceRequestResult:
         self.error: BaseException | None = None
         self.done = False
         # (record future, callback, context) for each record someone waits on, in order added.
-        self._callbacks: list[tuple[FutureRecordMetadata, Callback, contextvars.Context]] = []
+        self._callbacks: list[tuple[RecordFuture, Callback, contextvars.Context]] = []
         self._listeners: list[Listener] = []
+        # Made only when a thread first waits: a held lock, released when the batch ends.
+        self._latch: Any = None
+        # (waiter, record future) for each waiter concurrent.futures installed.
+        self._thread_waiters: list[tuple[Any, ThreadRecordFuture]] | None = None
 
     def set(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
-        """End the batch (once) and run the waiters' callbacks soon, in one loop callback."""
+        """End the batch (once): release waiting threads, and run the waiters' callbacks soon,
+        in one loop callback."""
         if self.done:
             return
-        self.base_offset = base_offset
-        self.log_append_time = log_append_time
-        self.error = error
-        self.done = True
-        if self._callbacks or self._listeners:
+        with THREAD_LOCK:
+            self.base_offset = base_offset
+            self.log_append_time = log_append_time
+            self.error = error
+            self.done = True
+            latch = self._latch
+            waiters = self._thread_waiters
+            self._thread_waiters = None
+            pending = bool(self._callbacks or self._listeners)
+        if latch is not None:
+            latch.release()
+        if waiters is not None:
+            for waiter, future in waiters:
+                if error is None:
+                    waiter.add_result(future)
+                else:
+                    waiter.add_exception(future)
+        if pending:
             self._schedule()
+
+    def latch(self) -> Any:
+        """A lock that is held until the batch ends: acquire it (with a timeout) to wait, then
+        release it at once for the next waiter."""
+        with THREAD_LOCK:
+            latch = self._latch
+            if latch is None:
+                latch = self._latch = _thread.allocate_lock()
+                if not self.done:
+                    latch.acquire()
+        return latch
+
+    def add_thread_waiter(self, waiter: Any, future: ThreadRecordFuture) -> None:
+        """Install a waiter of ``concurrent.futures`` (with ``THREAD_LOCK`` held)."""
+        if self.done:
+            # concurrent.futures installs on every future and counted the done ones already.
+            return
+        if self._thread_waiters is None:
+            self._thread_waiters = []
+        self._thread_waiters.append((waiter, future))
+
+    def remove_thread_waiter(self, waiter: Any, future: ThreadRecordFuture) -> None:
+        with THREAD_LOCK:
+            waiters = self._thread_waiters
+            if waiters is not None:
+                self._thread_waiters = [
+                    entry for entry in waiters if entry[0] is not waiter or entry[1] is not future
+                ]
 
     def _schedule(self) -> None:
         loop = self.loop
@@ -168,28 +237,30 @@ class ProduceRequestResult:
                     )
 
     def add_callback(
-        self, future: FutureRecordMetadata, fn: Callback, context: contextvars.Context
+        self, future: RecordFuture, fn: Callback, context: contextvars.Context
     ) -> None:
         self._callbacks.append((future, fn, context))
 
-    def remove_callbacks(self, future: FutureRecordMetadata, fn: Callback | None) -> int:
+    def remove_callbacks(self, future: RecordFuture, fn: Callback | None) -> int:
         """Drop ``future``'s callbacks (only those equal to ``fn``, unless it is ``None``)."""
-        kept = [
-            entry
-            for entry in self._callbacks
-            if entry[0] is not future or (fn is not None and entry[1] != fn)
-        ]
-        removed = len(self._callbacks) - len(kept)
-        if removed:
-            self._callbacks = kept
+        with THREAD_LOCK:  # threads may append meanwhile
+            kept = [
+                entry
+                for entry in self._callbacks
+                if entry[0] is not future or (fn is not None and entry[1] != fn)
+            ]
+            removed = len(self._callbacks) - len(kept)
+            if removed:
+                self._callbacks = kept
         return removed
 
     def take_callbacks(
-        self, future: FutureRecordMetadata
-    ) -> list[tuple[FutureRecordMetadata, Callback, contextvars.Context]]:
-        taken = [entry for entry in self._callbacks if entry[0] is future]
-        if taken:
-            self._callbacks = [entry for entry in self._callbacks if entry[0] is not future]
+        self, future: RecordFuture
+    ) -> list[tuple[RecordFuture, Callback, contextvars.Context]]:
+        with THREAD_LOCK:  # threads may append meanwhile
+            taken = [entry for entry in self._callbacks if entry[0] is future]
+            if taken:
+                self._callbacks = [entry for entry in self._callbacks if entry[0] is not future]
         return taken
 
     def add_listener(self, listener: Listener) -> None:
@@ -202,13 +273,18 @@ class ProduceRequestResult:
     def hand_over(self) -> None:
         """After a split moved this batch's records: their callbacks follow them, and whoever
         waited on the whole batch is told to look again."""
-        callbacks, self._callbacks = self._callbacks, []
-        for future, fn, context in callbacks:
-            target = future._result
-            if target is self:  # not moved (cannot happen for a complete split): run it now
-                self._callbacks.append((future, fn, context))
-            else:
-                target.add_callback(future, fn, context)
+        with THREAD_LOCK:
+            callbacks, self._callbacks = self._callbacks, []
+            for future, fn, context in callbacks:
+                target = future._result
+                if target is self:  # not moved (cannot happen for a complete split): keep it
+                    self._callbacks.append((future, fn, context))
+                else:
+                    target.add_callback(future, fn, context)
+            waiters, self._thread_waiters = self._thread_waiters, None
+            for waiter, thread_future in waiters or ():
+                thread_future._result.add_thread_waiter(waiter, thread_future)
+        # Threads waiting on this batch's latch wake when it ends, and find their record moved.
         listeners, self._listeners = self._listeners, []
         for listener in listeners:
             listener(self)
@@ -226,21 +302,19 @@ class ProduceRequestResult:
         )
 
 
-# Compiled, the record future is not tracked by the garbage collector: it can close no cycle,
-# since nothing it holds points back at it (its callbacks live in the batch result).
+# Compiled, record futures are not tracked by the garbage collector: they can close no cycle,
+# since nothing they hold points back at them (their callbacks live in the batch result).
 @cython.no_gc
 @cython.cclass
-class FutureRecordMetadata:
-    """The future of one record's :class:`RecordMetadata` (Kafka's ``FutureRecordMetadata``).
+class RecordFuture:
+    """What every record future holds: its batch's result and the record's own numbers.
 
-    An asyncio-compatible future: await it, gather it, add callbacks to it. Made by the batch the
-    record went into; never constructed by users. Only the producer ends it: ``set_result`` and
-    ``set_exception`` are not available.
+    Made by the batch the record went into, never by users. The two kinds differ only in how
+    one waits: :class:`FutureRecordMetadata` for coroutines, :class:`ThreadRecordFuture` for
+    threads.
     """
 
     __slots__ = (
-        "_asyncio_future_blocking",
-        "_cancel_message",
         "_cancelled",
         "_key_size",
         "_relative_offset",
@@ -263,9 +337,6 @@ class FutureRecordMetadata:
         self._key_size = key_size
         self._value_size = value_size
         self._cancelled = False
-        self._cancel_message: object = None
-        # Read and written by asyncio's Task: True while a task yields this future to the loop.
-        self._asyncio_future_blocking = False
 
     def pending_result(self) -> ProduceRequestResult | None:
         """The batch result this record still waits for, or ``None`` once it is done."""
@@ -278,10 +349,68 @@ class FutureRecordMetadata:
         self._result = result
         self._relative_offset = relative_offset
 
-    # --- state
-
     def done(self) -> bool:
         return self._cancelled or self._result.done
+
+    def _metadata(self) -> RecordMetadata:
+        """The record's metadata, or its error raised (a copy, for this reader); done only."""
+        result = self._result
+        if result.error is not None:
+            raise fresh_error(result.error)
+        tp = result.tp
+        base = result.base_offset
+        log_append_time = result.log_append_time
+        return _new_tuple(
+            RecordMetadata,
+            (
+                tp.topic,
+                tp.partition,
+                -1 if base < 0 else base + self._relative_offset,
+                self._timestamp if log_append_time < 0 else log_append_time,
+                self._key_size,
+                self._value_size,
+            ),
+        )
+
+    def _describe(self, kind: str) -> str:
+        if self._cancelled:
+            state = "cancelled"
+        elif not self._result.done:
+            state = "pending"
+        elif self._result.error is not None:
+            state = f"exception={self._result.error!r}"
+        else:
+            state = f"result={self._metadata()!r}"
+        tp = self._result.tp
+        return f"<{kind} {tp.topic}-{tp.partition}+{self._relative_offset} {state}>"
+
+
+@cython.no_gc
+@cython.cclass
+class FutureRecordMetadata(RecordFuture):
+    """The future of one record's :class:`RecordMetadata` (Kafka's ``FutureRecordMetadata``).
+
+    An asyncio-compatible future: await it, gather it, add callbacks to it. Made by the batch the
+    record went into; never constructed by users. Only the producer ends it: ``set_result`` and
+    ``set_exception`` are not available.
+    """
+
+    __slots__ = ("_asyncio_future_blocking", "_cancel_message")
+
+    def __init__(
+        self,
+        result: ProduceRequestResult,
+        relative_offset: int,
+        timestamp: int,
+        key_size: int,
+        value_size: int,
+    ) -> None:
+        RecordFuture.__init__(self, result, relative_offset, timestamp, key_size, value_size)
+        self._cancel_message: object = None
+        # Read and written by asyncio's Task: True while a task yields this future to the loop.
+        self._asyncio_future_blocking = False
+
+    # --- state
 
     def cancelled(self) -> bool:
         return self._cancelled
@@ -302,25 +431,9 @@ class FutureRecordMetadata:
         """
         if self._cancelled:
             raise self._make_cancelled_error()
-        result = self._result
-        if not result.done:
+        if not self._result.done:
             raise InvalidStateError("the record is not acknowledged yet")
-        if result.error is not None:
-            raise fresh_error(result.error)
-        tp = result.tp
-        base = result.base_offset
-        log_append_time = result.log_append_time
-        return _new_tuple(
-            RecordMetadata,
-            (
-                tp.topic,
-                tp.partition,
-                -1 if base < 0 else base + self._relative_offset,
-                self._timestamp if log_append_time < 0 else log_append_time,
-                self._key_size,
-                self._value_size,
-            ),
-        )
+        return self._metadata()
 
     def exception(self) -> BaseException | None:
         """The record's error (a copy for this reader), or ``None`` if it succeeded."""
@@ -383,13 +496,107 @@ class FutureRecordMetadata:
     __iter__ = __await__
 
     def __repr__(self) -> str:
-        if self._cancelled:
-            state = "cancelled"
-        elif not self._result.done:
-            state = "pending"
-        elif self._result.error is not None:
-            state = f"exception={self._result.error!r}"
-        else:
-            state = f"result={self.result()!r}"
-        tp = self._result.tp
-        return f"<FutureRecordMetadata {tp.topic}-{tp.partition}+{self._relative_offset} {state}>"
+        return self._describe("FutureRecordMetadata")
+
+
+# concurrent.futures reads a future's state by these names.
+_FINISHED = "FINISHED"
+_RUNNING = "RUNNING"
+
+
+@cython.no_gc
+@cython.cclass
+class ThreadRecordFuture(RecordFuture):
+    """A record's future for threads: Java's ``FutureRecordMetadata.get(timeout)``.
+
+    ``result(timeout)`` blocks until the broker answered for the record's batch. It cannot be
+    cancelled: the record is sent regardless, as in Java. ``concurrent.futures.wait`` and
+    ``as_completed`` accept it. Callbacks run on the producer's loop thread (where blocking on
+    the producer would deadlock: the producer refuses that).
+    """
+
+    __slots__ = ()
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """The record's metadata, waiting up to ``timeout`` seconds (``None``: no limit).
+
+        Raises:
+            TimeoutError: The batch did not end within ``timeout``; the record is still on its
+                way, and a later call may return it.
+            AioAccumError: The record failed (a copy of the batch's error, for this reader).
+        """
+        self._wait(timeout)
+        return self._metadata()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The record's error (a copy for this reader), or ``None``; waits as :meth:`result`."""
+        self._wait(timeout)
+        error = self._result.error
+        return None if error is None else fresh_error(error)
+
+    def _wait(self, timeout: float | None) -> None:
+        if self._result.done:
+            return
+        wait = -1.0 if timeout is None else max(timeout, 0.0)
+        # A split may move the record to another batch while it waits: wait for that one then.
+        while not self._result.done:
+            latch = self._result.latch()
+            if not latch.acquire(True, wait):
+                raise TimeoutError(
+                    f"the record was not acknowledged within {timeout} s; it is still on its "
+                    "way (delivery_timeout_ms bounds it)"
+                )
+            latch.release()
+
+    def cancel(self) -> bool:
+        """Always ``False``: an accepted record is sent whatever happens to its future."""
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return not self._result.done
+
+    def add_done_callback(self, fn: Callback) -> None:
+        """Call ``fn(future)`` once the record ended: at once in this thread if it has, else on
+        the producer's loop thread."""
+        with THREAD_LOCK:
+            result = self._result
+            if not result.done:
+                result.add_callback(self, fn, contextvars.copy_context())
+                return
+        fn(self)
+
+    # --- what concurrent.futures.wait and as_completed use
+
+    @property
+    def _condition(self) -> Any:
+        return THREAD_LOCK
+
+    @property
+    def _state(self) -> str:
+        return _FINISHED if self._result.done else _RUNNING
+
+    @property
+    def _waiters(self) -> _WaiterList:
+        return _WaiterList(self)
+
+    def __repr__(self) -> str:
+        return self._describe("ThreadRecordFuture")
+
+
+class _WaiterList:
+    """The waiter list concurrent.futures appends to and removes from; kept by the batch."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: ThreadRecordFuture) -> None:
+        self._future = future
+
+    def append(self, waiter: Any) -> None:
+        with THREAD_LOCK:
+            self._future._result.add_thread_waiter(waiter, self._future)
+
+    def remove(self, waiter: Any) -> None:
+        self._future._result.remove_thread_waiter(waiter, self._future)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 
 import pytest
 
-from aioaccum import RecordMetadata
+from aioaccum import ThreadRecordFuture
 from aioaccum._core.partitioner import default_partition
 from aioaccum.sync import SyncProducer
 
@@ -21,7 +20,7 @@ async def test_threads_sending_at_once_land_in_order_per_thread(
     kafka_bootstrap: str, new_topic: str
 ) -> None:
     threads, per_thread = 4, 2500
-    sent: dict[int, list[concurrent.futures.Future[RecordMetadata]]] = {}
+    sent: dict[int, list[ThreadRecordFuture]] = {}
     start = threading.Barrier(threads)
 
     def work(producer: SyncProducer, n: int) -> None:

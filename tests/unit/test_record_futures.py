@@ -33,7 +33,7 @@ def fill(batch: ProducerBatch, n: int, key: bytes | None = b"k") -> list[FutureR
     futures = []
     for i in range(n):
         future = batch.try_append(TS + i, key, b"v" * (i + 1), [])
-        assert future is not None
+        assert isinstance(future, FutureRecordMetadata)
         futures.append(future)
     return futures
 

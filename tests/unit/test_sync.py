@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,9 +13,9 @@ from aioaccum import (
     BufferExhaustedError,
     ProducerClosedError,
     ProducerTimeoutError,
-    RecordMetadata,
     RecordTooLargeError,
     SerializationError,
+    ThreadRecordFuture,
 )
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.partitioner import default_partition
@@ -82,7 +81,7 @@ def held() -> Iterator[Gate]:
 def test_threads_keep_their_order_per_partition() -> None:
     kafka = fake()
     per_thread, threads = 400, 4
-    results: dict[int, list[concurrent.futures.Future[RecordMetadata]]] = {}
+    results: dict[int, list[ThreadRecordFuture]] = {}
 
     with SyncProducer("fake:9092", kafka=kafka, linger_ms=1, batch_size=1024) as producer:
 
@@ -119,7 +118,7 @@ def test_send_blocks_while_the_pool_is_full_and_resumes_when_memory_returns(
     ) as producer:
         first = [producer.send("t", bytes(900)) for _ in range(4)]
         wait_until(lambda: producer.metrics()["buffer-available-bytes"] == 0, "a full pool")
-        returned: list[concurrent.futures.Future[RecordMetadata]] = []
+        returned: list[ThreadRecordFuture] = []
         blocked = threading.Thread(target=lambda: returned.append(producer.send("t", bytes(900))))
         blocked.start()
         wait_until(lambda: producer.metrics()["waiting-threads"] == 1, "the send to wait")
@@ -196,7 +195,7 @@ def test_calling_back_from_the_loop_thread_raises_instead_of_deadlocking(held: G
     with SyncProducer("fake:9092", kafka=fake(gate=held)) as producer:
         future = producer.send("t", b"x")
 
-        def callback(_: concurrent.futures.Future[RecordMetadata]) -> None:
+        def callback(_: ThreadRecordFuture) -> None:
             for call in (lambda: producer.send("t", b"y"), producer.flush, producer.close):
                 try:
                     call()
