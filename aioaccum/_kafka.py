@@ -229,6 +229,12 @@ class AioKafkaAdapter:
         self._topic_partitions: dict[str, list[int]] = {}
         self._tracked_topics: set[str] = set()
         self._topic_partitions_version = -1
+        # Leaders and available partitions, asked per partition on every sender turn and on
+        # every sticky switch: answered from dicts until the next metadata update, so that no
+        # Python-level call runs while the accumulator's lock is held.
+        self._leaders: dict[TopicPartition, int | None] = {}
+        self._available: dict[str, list[int]] = {}
+        self._leaders_version = -1
 
     @property
     def client(self) -> AIOKafkaClient:
@@ -323,11 +329,21 @@ class AioKafkaAdapter:
 
     # --- cluster view
 
+    def _leader_cache_current(self) -> None:
+        if self._leaders_version != self._metadata_version:
+            self._leaders = {}
+            self._available = {}
+            self._leaders_version = self._metadata_version
+
     def leader_for(self, tp: TopicPartition) -> int | None:
-        leader = self.client.cluster.leader_for_partition(KafkaTopicPartition(tp[0], tp[1]))
-        if leader is None or leader < 0:
-            return None
-        return int(leader)
+        self._leader_cache_current()
+        leader = self._leaders.get(tp, -1)
+        if leader != -1:
+            return leader
+        found = self.client.cluster.leader_for_partition(KafkaTopicPartition(tp[0], tp[1]))
+        leader = None if found is None or found < 0 else int(found)
+        self._leaders[tp] = leader
+        return leader
 
     def partitions_for_node(self, node: int) -> Sequence[TopicPartition]:
         if self._node_partitions_version != self._metadata_version:
@@ -367,8 +383,12 @@ class AioKafkaAdapter:
             self.client.add_topic(topic)
 
     def available_partitions_for_topic(self, topic: str) -> Sequence[int]:
-        parts = self.client.cluster.available_partitions_for_topic(topic)
-        return sorted(parts) if parts else []
+        self._leader_cache_current()
+        cached = self._available.get(topic)
+        if cached is None:
+            parts = self.client.cluster.available_partitions_for_topic(topic)
+            cached = self._available[topic] = sorted(parts) if parts else []
+        return cached
 
     def nodes(self) -> list[int]:
         return sorted(b.nodeId for b in self.client.cluster.brokers())

@@ -55,6 +55,8 @@ COMPILED_SOURCES = (
     "aioaccum._validate",
     "aioaccum.sender",
     "aioaccum._kafka",
+    "aioaccum.sync",
+    "aioaccum.pool",
 )
 """Python modules that setup.py also compiles, from the same source (each has a ``.pxd``)."""
 

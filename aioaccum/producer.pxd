@@ -28,3 +28,6 @@ cdef class Producer:
     cdef object __weakref__
 
     cpdef tuple _checked(self, key, value, headers, timestamp_ms)
+    cpdef send_from_thread(
+        self, topic, value=*, key=*, partition=*, timestamp_ms=*, headers=*
+    )

@@ -378,24 +378,21 @@ class Producer:
         """
         if self._parts is None:
             self._running_parts()
-        if threading.get_ident() == self._loop_thread:
-            raise RuntimeError(
-                "producer.send_from_thread() was called on the producer's own event-loop thread "
-                "(from a record future's callback?), where blocking would stop the loop; use "
-                "await producer.send() there"
-            )
         acc = self._acc
         kafka = self._kafka
         loop = self._loop
         assert acc is not None  # set by start(), which made _parts
         assert kafka is not None
         assert loop is not None
+        if not acc.threaded:
+            self._enable_threads(acc, loop)
         key, value, header_list, timestamp_ms, size = self._checked(
             key, value, headers, timestamp_ms
         )
         partitions = kafka.partitions_for_topic(topic)
         max_block_ms: float = self._max_block_ms
         if not partitions:
+            self._refuse_to_block_the_loop()
             partitions, max_block_ms = self._wait_for_topic_from_thread(kafka, topic, loop)
         appended = acc.append(
             topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
@@ -404,12 +401,43 @@ class Producer:
         if type(appended) is BufferRequest:
             pool = self._pool
             assert pool is not None
+            self._refuse_to_block_the_loop()
             buffer = pool.allocate_blocking(appended.size, max_block_ms)
             appended = acc.append(
                 topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
                 loop.time(), (appended, buffer), True,
             )
         return appended  # type: ignore[return-value]  # a BufferRequest never comes back twice
+
+    def _enable_threads(self, acc: RecordAccumulator, loop: asyncio.AbstractEventLoop) -> None:
+        """Make appends lock, once per producer, on the loop's thread: until now the loop
+        appended without the lock, and may be in the middle of an append right now."""
+        if threading.get_ident() == self._loop_thread:
+            acc.enable_threads()
+            return
+        enabled: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def enable() -> None:
+            acc.enable_threads()
+            enabled.set_result(None)
+
+        loop.call_soon_threadsafe(enable)
+        try:
+            enabled.result(_LOOP_GRACE_S)
+        except concurrent.futures.TimeoutError:
+            raise ProducerTimeoutError(
+                f"the producer's event loop did not answer within {_LOOP_GRACE_S} s; is it "
+                "running, and not blocked?"
+            ) from None
+
+    def _refuse_to_block_the_loop(self) -> None:
+        # Checked only where the thread is about to block: appending needs no particular thread.
+        if threading.get_ident() == self._loop_thread:
+            raise RuntimeError(
+                "producer.send_from_thread() would block the producer's own event-loop thread "
+                "(called from a record future's callback?), which has to free the memory or "
+                "fetch the metadata it waits for; use await producer.send() there"
+            )
 
     def _wait_for_topic_from_thread(
         self, kafka: KafkaAdapter, topic: str, loop: asyncio.AbstractEventLoop

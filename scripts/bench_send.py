@@ -9,7 +9,9 @@ completion and the record futures, on one event loop (uvloop unless ``--asyncio`
 
 Modes: ``await_each`` (``await fut`` for every kept future, in order, dropping each metadata
 once read), ``gather``
-(``asyncio.gather`` over the kept futures), ``wait_all`` (``aioaccum.wait_all``), ``send_many``.
+(``asyncio.gather`` over the kept futures), ``wait_all`` (``aioaccum.wait_all``), ``send_many``,
+and for threads ``sync_1`` / ``sync_4`` (``SyncProducer.send`` from 1 or 4 threads at once, every
+future kept, then every ``result()`` read by the thread that sent it).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import pstats
 import resource
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +37,13 @@ from aioaccum import Producer
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._kafka import PartitionResponse
 from aioaccum._speedups import describe
+from aioaccum.sync import SyncProducer
 
 # The fake broker adapter of the unit tests, which this script shares.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from unit.fake_kafka import FakeKafka
 
-MODES = ("await_each", "gather", "wait_all", "send_many")
+MODES = ("await_each", "gather", "wait_all", "send_many", "sync_1", "sync_4")
 TOPIC = "bench"
 
 
@@ -102,6 +106,45 @@ async def run(mode: str, records: int, value_size: int, partitions: int) -> tupl
     return cpu, wall
 
 
+def run_threads(
+    threads: int,
+    records: int,
+    value_size: int,
+    partitions: int,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> tuple[float, float]:
+    """As :func:`run`, through ``SyncProducer`` from ``threads`` threads at once."""
+    value = b"x" * value_size
+    kafka = InstantKafka(partitions)
+    share = records // threads
+    read = [0] * threads
+    with SyncProducer(
+        kafka=kafka, acks=1, enable_idempotence=False, linger_ms=5, loop_factory=loop_factory
+    ) as producer:
+        start = threading.Barrier(threads + 1)
+
+        def work(index: int) -> None:
+            send = producer.send
+            start.wait()
+            futures = [send(TOPIC, value) for _ in range(share)]
+            for future in futures:
+                future.result()
+                read[index] += 1
+
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        start.wait()
+        cpu, wall = time.process_time(), time.perf_counter()
+        for worker in workers:
+            worker.join()
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    acked = sum(kafka.offsets.values())
+    if sum(read) != share * threads or acked != share * threads:
+        raise SystemExit(f"{threads} threads: {sum(read)} read, {acked} acked")
+    return cpu, wall
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -121,6 +164,12 @@ def main() -> None:
         return
     for mode in args.mode:
         gc.collect()
+        if mode.startswith("sync_"):
+            cpu, wall = run_threads(
+                int(mode[5:]), args.records, args.value_size, args.partitions, loop_factory
+            )
+            report(mode, args.records, cpu, wall)
+            continue
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             coro = run(mode, args.records, args.value_size, args.partitions)
             if args.profile:
@@ -131,11 +180,15 @@ def main() -> None:
                 pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(20)
             else:
                 cpu, wall = runner.run(coro)
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(
-            f"{mode:>10}: {args.records / wall:>10,.0f} records/s, "
-            f"{cpu / args.records * 1e6:5.2f} us CPU/record, peak RSS {rss:,.0f} MiB"
-        )
+        report(mode, args.records, cpu, wall)
+
+
+def report(mode: str, records: int, cpu: float, wall: float) -> None:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"{mode:>10}: {records / wall:>10,.0f} records/s, "
+        f"{cpu / records * 1e6:5.2f} us CPU/record, peak RSS {rss:,.0f} MiB"
+    )
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ Each round runs every contender once, in turn (A B C …, A B C …), so that dr
 load spreads over all of them; the table gives each contender's median records/s and its ratio to
 confluent-kafka and to kafka-python from the same run. Every run is its own process (as in
 ``scripts/bench``: no client's threads outlive its run into the next) writing to a fresh topic.
-Before the clock starts it sends one warm-up record and waits for it, so metadata and the first
-connection are in place for every client alike; the clock then runs from the first timed send to
+Before the clock starts it sends one warm-up record to every partition and waits for them, so
+metadata, connections and the new topic's leaders are in place for every client alike (a leader
+not ready yet answers with a retriable error, and a retried batch may land after later ones when
+idempotence is off); the clock then runs from the first timed send to
 the last outcome read. Afterwards the topic's end offsets must add up to the records sent
-(warm-up included), or the run fails and is not timed.
+(warm-ups included), or the run fails and is not timed.
 
 Every client gets acks=1, linger 5 ms, idempotence off and no key; everything else is its own
 default (librdkafka's ``batch.size`` is 1,000,000 bytes, the others' 16 KiB) unless
@@ -31,6 +33,7 @@ one and stops it afterwards.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import importlib.util
@@ -94,9 +97,14 @@ class Job:
     size: int
     batch_size: int | None
     result_path: str
+    partitions: int
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
+
+    def all(self) -> range:
+        """Every partition of the topic: each gets a warm-up record."""
+        return range(self.partitions)
 
     @classmethod
     def from_json(cls, text: str) -> Job:
@@ -173,7 +181,8 @@ def run_sync_one(job: Job) -> Outcome:
     from aioaccum.sync import SyncProducer
 
     with SyncProducer(job.bootstrap, **aioaccum_settings(job)) as producer:
-        producer.send(job.topic, WARM_UP).result()
+        for future in [producer.send(job.topic, WARM_UP, partition=p) for p in job.all()]:
+            future.result()
         topic, value, send = job.topic, payload(job.size), producer.send
         started = time.perf_counter()
         futures = [send(topic, value) for _ in range(job.records)]
@@ -193,7 +202,8 @@ def run_sync_threads(job: Job) -> Outcome:
     raised: list[BaseException] = []
     start = threading.Barrier(THREADS + 1)
     with SyncProducer(job.bootstrap, **aioaccum_settings(job)) as producer:
-        producer.send(job.topic, WARM_UP).result()
+        for future in [producer.send(job.topic, WARM_UP, partition=p) for p in job.all()]:
+            future.result()
         topic, send = job.topic, producer.send
 
         def work(n: int) -> None:
@@ -235,7 +245,8 @@ def run_confluent(job: Job) -> Outcome:
     def on_delivery(err: KafkaError | None, _msg: Message) -> None:
         outcomes.append(err)
 
-    producer.produce(job.topic, WARM_UP, on_delivery=on_delivery)
+    for p in job.all():
+        producer.produce(job.topic, WARM_UP, partition=p, on_delivery=on_delivery)
     producer.flush()
     outcomes.clear()
     topic, value, produce, poll = job.topic, payload(job.size), producer.produce, producer.poll
@@ -261,7 +272,8 @@ def run_kafka_python(job: Job) -> Outcome:
     if job.batch_size is not None:
         settings["batch_size"] = job.batch_size
     producer = KafkaProducer(bootstrap_servers=job.bootstrap, **settings)
-    producer.send(job.topic, WARM_UP).get(timeout=60)
+    for warm_up in [producer.send(job.topic, WARM_UP, partition=p) for p in job.all()]:
+        warm_up.get(timeout=60)
     topic, value, send = job.topic, payload(job.size), producer.send
     started = time.perf_counter()
     futures = [send(topic, value) for _ in range(job.records)]
@@ -280,7 +292,9 @@ async def produce_async(job: Job) -> Outcome:
     from aioaccum import Producer
 
     async with Producer(job.bootstrap, **aioaccum_settings(job)) as producer:
-        await producer.send_and_wait(job.topic, WARM_UP)
+        await asyncio.gather(
+            *[producer.send_and_wait(job.topic, WARM_UP, partition=p) for p in job.all()]
+        )
         topic, value, send = job.topic, payload(job.size), producer.send
         started = time.perf_counter()
         futures = [await send(topic, value) for _ in range(job.records)]
@@ -359,7 +373,9 @@ def read_topic(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
         consumer.close()
 
 
-def order_problems(values: dict[int, list[bytes]], counts: list[int]) -> list[str]:
+def order_problems(
+    values: dict[int, list[bytes]], counts: list[int], partitions: int
+) -> list[str]:
     """What is wrong with the tagged records of a run, as lines; empty when all is well."""
     seen: Counter[tuple[int, int]] = Counter()
     warm_ups = strangers = 0
@@ -392,8 +408,8 @@ def order_problems(values: dict[int, list[bytes]], counts: list[int]) -> list[st
         problems.append(f"{len(duplicated):,} records delivered twice or more")
     if extra or strangers:
         problems.append(f"{len(extra) + strangers:,} records that no thread sent")
-    if warm_ups != 1:
-        problems.append(f"{warm_ups} warm-up records (expected 1)")
+    if warm_ups != partitions:
+        problems.append(f"{warm_ups} warm-up records (expected {partitions}, one per partition)")
     if backwards:
         problems.append(f"{len(backwards):,} out of order, first: {backwards[0]}")
     return problems
@@ -414,6 +430,7 @@ def one_run(
             args.record_size,
             args.batch_size,
             str(result_path),
+            args.partitions,
         )
         argv = [sys.executable, str(Path(__file__).resolve()), "--child", job.to_json()]
         measured = measure(
@@ -424,10 +441,12 @@ def one_run(
         order = None
         if contender == "aioaccum-sync-4" and measured.result is not None:
             values = read_topic(broker.bootstrap, topic)
-            order = order_problems(values, shares(args.records, THREADS))
+            order = order_problems(values, shares(args.records, THREADS), args.partitions)
     finally:
         broker.delete_topic(topic)
-    return record(contender, round_no, args.records, delivered, order, measured)
+    return record(
+        contender, round_no, args.records + args.partitions, delivered, order, measured
+    )
 
 
 def record(
@@ -448,8 +467,8 @@ def record(
         problems.append("no result")
     if res.get("errors"):
         problems.append(f"{res['errors']:,} records failed")
-    if delivered != records + 1:
-        problems.append(f"broker holds {delivered:,} records, sent {records + 1:,} (1 warm-up)")
+    if delivered != records:
+        problems.append(f"broker holds {delivered:,} records, sent {records:,} (with warm-ups)")
     retries = res.get("retries")
     if order:
         problems.append("order check: " + "; ".join(order))

@@ -13,9 +13,12 @@ cdef class RecordAccumulator:
     cdef public bint _ignore_keys
     cdef public object _loop
     cdef public object _lock
+    cdef object _acquire
+    cdef object _release
     cdef public object _wakeup
     cdef public object _wakeup_threadsafe
     cdef public dict _tps
+    cdef public bint threaded
     cdef public long long batches_created
     cdef public object fatal_error
     cdef public object _txn
@@ -32,13 +35,18 @@ cdef class RecordAccumulator:
     cdef public Py_ssize_t _flushes_in_progress
     cdef public bint _closed
 
+    cpdef object append(
+        self, str topic, partition, timestamp, key, value, headers, Py_ssize_t record_size,
+        partitions, cluster, double now, granted=*, bint for_thread=*
+    )
+
     @cython.locals(
         last=ProducerBatch, batch=ProducerBatch, future=RecordFuture, full=cython.bint,
         opened=cython.bint, sticky=cython.bint, dq=object,
     )
-    cpdef object append(
+    cdef object _append(
         self, str topic, partition, timestamp, key, value, headers, Py_ssize_t record_size,
-        partitions, cluster, double now, granted=*, bint for_thread=*
+        partitions, cluster, double now, granted, bint for_thread
     )
 
     @cython.locals(tps=list)

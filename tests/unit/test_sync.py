@@ -192,11 +192,14 @@ def test_a_bytearray_is_copied_when_sent() -> None:
 
 def test_calling_back_from_the_loop_thread_raises_instead_of_deadlocking(held: Gate) -> None:
     seen: list[BaseException] = []
+    sent: list[ThreadRecordFuture] = []
     with SyncProducer("fake:9092", kafka=fake(gate=held)) as producer:
         future = producer.send("t", b"x")
 
         def callback(_: ThreadRecordFuture) -> None:
-            for call in (lambda: producer.send("t", b"y"), producer.flush, producer.close):
+            # Appending never waits, so it is allowed on the loop thread; waiting is not.
+            sent.append(producer.send("t", b"y"))
+            for call in (producer.flush, producer.close):
                 try:
                     call()
                 except RuntimeError as exc:
@@ -206,8 +209,38 @@ def test_calling_back_from_the_loop_thread_raises_instead_of_deadlocking(held: G
         held.open()
         future.result(WAIT_S)
         producer.flush(WAIT_S)
-    assert len(seen) == 3
+        assert len(sent) == 1
+        assert sent[0].result(WAIT_S).offset == 1
+    assert len(seen) == 2
     assert all("own event-loop thread" in str(exc) for exc in seen)
+
+
+def test_a_send_that_would_block_the_loop_thread_raises() -> None:
+    seen: list[BaseException] = []
+    sent: list[ThreadRecordFuture] = []
+    kafka = fake(partitions=1)
+    # Two 1 KiB buffers; each ~900-byte record fills a batch of its own.
+    with SyncProducer(
+        "fake:9092", kafka=kafka, batch_size=1024, buffer_memory=2048, linger_ms=0
+    ) as producer:
+
+        def callback(_: ThreadRecordFuture) -> None:
+            try:
+                for _ in range(3):  # the third finds the pool empty
+                    sent.append(producer.send("t", bytes(900)))
+            except RuntimeError as exc:
+                seen.append(exc)
+            try:
+                producer.send("no-such-topic", b"x")
+            except RuntimeError as exc:
+                seen.append(exc)
+
+        producer.send("t", b"first").add_done_callback(callback)
+        producer.flush(WAIT_S)
+        assert len(sent) == 2
+        assert [f.result(WAIT_S).offset for f in sent] == [1, 2]
+    assert len(seen) == 2, seen
+    assert all("would block the producer's own event-loop thread" in str(e) for e in seen)
 
 
 def test_close_flushes_is_idempotent_and_joins_the_thread() -> None:

@@ -1,0 +1,18 @@
+# Compiled declarations for pool.py; see _core/futures.pxd. Compiled, nothing the pool does under
+# its lock runs Python bytecode, so a thread never loses the GIL while it holds the lock: that
+# would make every other appending thread block on it.
+cdef class BufferPool:
+    cdef public Py_ssize_t _total
+    cdef public Py_ssize_t _poolable
+    cdef public object _clock
+    cdef public object lock
+    cdef public object _free
+    cdef public Py_ssize_t _unallocated
+    cdef public Py_ssize_t _allocated
+    cdef public dict _waiters
+    cdef public bint _closed
+    cdef public long long _allocations
+    cdef public long long _queued_allocations
+    cdef public long long _exhausted
+    cdef public double _wait_time
+    cdef object __weakref__
