@@ -16,3 +16,5 @@ cdef class BufferPool:
     cdef public long long _exhausted
     cdef public double _wait_time
     cdef object __weakref__
+    # Instance attributes beyond these fields: tests wrap methods of a running producer's pool.
+    cdef dict __dict__

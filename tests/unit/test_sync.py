@@ -226,7 +226,7 @@ def test_a_send_that_would_block_the_loop_thread_raises() -> None:
 
         def callback(_: ThreadRecordFuture) -> None:
             try:
-                for _ in range(3):  # the third finds the pool empty
+                for _attempt in range(3):  # the third finds the pool empty
                     sent.append(producer.send("t", bytes(900)))
             except RuntimeError as exc:
                 seen.append(exc)
