@@ -143,6 +143,7 @@ class Producer:
             custom_partitioner=cfg.partitioner,
             ignore_keys=cfg.partitioner_ignore_keys,
             loop=self._loop,
+            clock=self._loop.time,
         )
         self._sender = Sender(
             self._acc,
@@ -303,12 +304,10 @@ class Producer:
         max_block_ms: float = self._max_block_ms
         if not partitions:
             partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
-        loop = self._loop
-        assert loop is not None  # set by start(), which made _parts
         # Most records fit the open batch or a free pooled buffer: a plain call, no suspension.
         appended = acc.append(
             topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
-            loop.time(),
+            -1.0,  # the accumulator reads the loop's clock if the record opens a batch
         )
         if type(appended) is BufferRequest:
             appended = await self._append_after_wait(
@@ -396,7 +395,7 @@ class Producer:
             partitions, max_block_ms = self._wait_for_topic_from_thread(kafka, topic, loop)
         appended = acc.append(
             topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
-            loop.time(), None, True,
+            -1.0, None, True,
         )
         if type(appended) is BufferRequest:
             pool = self._pool

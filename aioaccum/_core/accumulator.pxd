@@ -13,6 +13,7 @@ cdef class RecordAccumulator:
     cdef public bint _ignore_keys
     cdef public object _loop
     cdef public object _lock
+    cdef public object _clock
     cdef object _acquire
     cdef object _release
     cdef public object _wakeup

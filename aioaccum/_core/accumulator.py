@@ -27,6 +27,7 @@ import collections
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+import time
 from time import sleep
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -130,6 +131,7 @@ class RecordAccumulator:
         ignore_keys: Keyed records too go to the sticky partitioner (``partitioner.ignore.keys``).
         loop: Where record futures report their outcome (``call_soon``); the accumulator only
             hands it to each batch. ``None`` runs callbacks inline (loop-free tests).
+        clock: The time of a new batch when ``append`` is not told it (the loop's clock).
     """
 
     def __init__(
@@ -146,8 +148,10 @@ class RecordAccumulator:
         custom_partitioner: Partitioner | None = None,
         ignore_keys: bool = False,
         loop: CallbackLoop | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._pool = pool
+        self._clock = clock
         # The pool's lock guards the batches too: threads append while the loop drains, and an
         # append that opens a batch takes memory from the pool in the same step.
         self._lock = pool.lock
@@ -213,7 +217,8 @@ class RecordAccumulator:
             partition: A partition chosen by the caller, or ``None`` to partition here.
             record_size: An upper bound of the record's size (it counts towards stickiness).
             cluster: Leaders and available partitions, for the custom and sticky partitioners.
-            now: The caller's clock, in seconds.
+            now: The caller's clock, in seconds; negative to read ``clock`` only if the record
+                opens a batch (the time matters for new batches alone).
             granted: The earlier request and the buffer the pool gave for it.
             for_thread: The caller is a thread, not a coroutine on the loop: its record gets a
                 :class:`ThreadRecordFuture`, and the sender is woken across threads.
@@ -302,6 +307,8 @@ class RecordAccumulator:
                 buffer = got
             if dq is None:
                 dq = self._batches[tp] = collections.deque()
+            if now < 0:
+                now = self._clock()
             batch = self._new_batch(tp, buffer, now)
             future = batch.try_append(timestamp, key, value, headers, for_thread)
             assert future is not None, "the first record of a batch always fits"

@@ -6,6 +6,7 @@ from aioaccum._core.futures cimport (
 
 
 cdef class ProducerBatch:
+    cdef object _builder_append
     cdef public object _final_state
     cdef public list _futures
     cdef public list _runs

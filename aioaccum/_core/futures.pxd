@@ -25,6 +25,8 @@ cdef class RecordFuture:
     cdef public int _value_size
     cdef public bint _cancelled
 
+    cdef object _metadata(self)
+
 
 cdef class FutureRecordMetadata(RecordFuture):
     cdef public object _cancel_message
@@ -32,4 +34,4 @@ cdef class FutureRecordMetadata(RecordFuture):
 
 
 cdef class ThreadRecordFuture(RecordFuture):
-    pass
+    cdef object _wait(self, timeout)
