@@ -24,10 +24,10 @@ pool only through :meth:`deallocate`, which the sender calls once no request can
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-import time
 from time import sleep
 from typing import TYPE_CHECKING, Protocol, cast
 
