@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from aioaccum._core.batch import RecordMetadata
+from aioaccum._core.futures import ThreadRecordFuture
 from aioaccum.errors import AioAccumError, RecordTooLargeError
 from aioaccum.producer import Producer
+from aioaccum.sync import SyncProducer
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,import-not-found,unused-ignore]
@@ -32,6 +34,7 @@ __all__ = [
     "chunk_of",
     "make_packer",
     "produce",
+    "produce_from_thread",
     "run_coroutine",
     "run_task",
     "unpack",
@@ -170,12 +173,36 @@ class Tally:
         if exc is not None:
             self.fail(exc, fatal=False)
             return
-        md = future.result()
+        self.delivered(future.result())
+
+    def settle(self, futures: Iterable[ThreadRecordFuture]) -> None:
+        """Count the outcome of each record, waiting for those still on their way (delivery
+        timeout bounds each)."""
+        for future in futures:
+            try:
+                md = future.result()
+            except AioAccumError as exc:
+                self.fail(exc, fatal=False)
+            else:
+                self.delivered(md)
+
+    def delivered(self, md: RecordMetadata) -> None:
         self.records += 1
         # A null key or value reports -1.
         self.bytes += max(md.serialized_key_size, 0) + max(md.serialized_value_size, 0)
         counts = self.per_partition
         counts[md.partition] = counts.get(md.partition, 0) + 1
+
+
+def _refused(tally: Tally, exc: AioAccumError) -> bool:
+    """Count a record ``send`` refused; whether to stop sending the chunk."""
+    if isinstance(exc, RecordTooLargeError):
+        tally.fail(exc, fatal=False)
+        return False
+    # Metadata that never came, a pool that never freed, a closed producer: the next record
+    # would meet the same fate after the same wait.
+    tally.fail(exc, fatal=True)
+    return True
 
 
 async def _send_chunk(producer: Producer, topic: str, chunk: Chunk, tally: Tally) -> None:
@@ -189,17 +216,59 @@ async def _send_chunk(producer: Producer, topic: str, chunk: Chunk, tally: Tally
         headers = [(n, c[i]) for n, c in zip(names, columns, strict=True)] if names else None
         try:
             future = await send(topic, value, key, headers=headers)
-        except RecordTooLargeError as exc:
-            tally.fail(exc, fatal=False)
-            continue
         except AioAccumError as exc:
-            # Metadata that never came, a pool that never freed, a closed producer: the next
-            # record would meet the same fate after the same wait.
-            tally.fail(exc, fatal=True)
-            return
+            if _refused(tally, exc):
+                return
+            continue
         tally.sent += 1
         tally.outstanding += 1
         future.add_done_callback(done)
+
+
+def _send_chunk_from_thread(
+    producer: SyncProducer, topic: str, chunk: Chunk, tally: Tally
+) -> list[ThreadRecordFuture]:
+    send = producer.send
+    names = chunk.header_names
+    columns = chunk.header_columns
+    futures: list[ThreadRecordFuture] = []
+    for i, (key, value) in enumerate(zip(chunk.keys, chunk.values, strict=True)):
+        if tally.stop:
+            break
+        headers = [(n, c[i]) for n, c in zip(names, columns, strict=True)] if names else None
+        try:
+            futures.append(send(topic, value, key, headers=headers))
+        except AioAccumError as exc:
+            if _refused(tally, exc):
+                break
+    tally.sent += len(futures)
+    return futures
+
+
+def produce_from_thread(
+    chunks: Iterator[Chunk],
+    topic: str,
+    settings: Mapping[str, Any],
+    tally: Tally,
+    on_chunk: Callable[[Chunk], None] | None = None,
+) -> None:
+    """:func:`produce` with a :class:`~aioaccum.sync.SyncProducer`: this thread takes each
+    chunk and appends its records itself while the producer's loop thread sends, and counts
+    a chunk's outcomes once the next chunk is appended (by then most have arrived)."""
+    with SyncProducer(**settings) as producer:
+        previous: list[ThreadRecordFuture] = []
+        try:
+            for chunk in chunks:
+                futures = _send_chunk_from_thread(producer, topic, chunk, tally)
+                tally.settle(previous)
+                previous = futures
+                if on_chunk is not None:
+                    on_chunk(chunk)
+                if tally.stop:
+                    break
+        finally:
+            producer.close()  # delivers what it holds, so the last outcomes are in
+            tally.settle(previous)
 
 
 async def produce(

@@ -34,8 +34,7 @@ from aioaccum._spark_rows import (
     OnError,
     Tally,
     make_packer,
-    produce,
-    run_coroutine,
+    produce_from_thread,
     unpack,
 )
 from aioaccum._validate import validate_topic
@@ -289,7 +288,9 @@ def _write_from_driver(
 
     completed = False
     try:
-        run_coroutine(lambda: produce(chunks, topic, settings, tally, on_chunk))
+        # SyncProducer, not the async one: this thread appends each chunk's records itself
+        # (scripts/bench_spark_driver.py measured it 4-10% faster for the same chunks).
+        produce_from_thread(chunks, topic, settings, tally, on_chunk)
         completed = not tally.stop
     finally:
         chunks.close()
