@@ -169,3 +169,36 @@ def test_docs_are_regenerated_from_the_json_keeping_the_hand_written_tail(
     assert f"aioaccum's hot path: **{_speedups.describe()}**" in text
     for chart in ("throughput", "rss"):
         assert (page.parent / "bench" / f"{chart}.png").stat().st_size > 0
+
+
+def test_the_thread_benchmark_checks_counts_and_order(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "sync.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH.parent / "bench_sync.py"),
+            "--quick",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--contenders",
+            "aioaccum-sync-1,aioaccum-sync-4,confluent",
+            "--json",
+            str(out),
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads(out.read_text())
+    summary = {row["contender"]: row for row in results["summary"]}
+    assert set(summary) == {"aioaccum-sync-1", "aioaccum-sync-4", "confluent"}
+    for row in summary.values():
+        assert row["rounds_ok"] == row["rounds"] == 1
+        assert row["records_per_s"] > 0
+    # Four threads, each with its own numbered records: delivered once each, in order.
+    assert summary["aioaccum-sync-4"]["order"] == ["ok"]
