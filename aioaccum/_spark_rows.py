@@ -42,6 +42,7 @@ __all__ = [
 
 OnError = Literal["raise", "collect"]
 Column = list[bytes | None]
+Headers = list[tuple[str, bytes | None]]
 T = TypeVar("T")
 
 # One row per Spark task in mode="executors"; the driver adds them up.
@@ -205,15 +206,21 @@ def _refused(tally: Tally, exc: AioAccumError) -> bool:
     return True
 
 
-async def _send_chunk(producer: Producer, topic: str, chunk: Chunk, tally: Tally) -> None:
-    send = producer.send
-    done = tally.on_done
+def _rows(chunk: Chunk) -> Iterator[tuple[bytes | None, bytes | None, Headers | None]]:
+    """Each record of a chunk: key, value and headers."""
     names = chunk.header_names
     columns = chunk.header_columns
     for i, (key, value) in enumerate(zip(chunk.keys, chunk.values, strict=True)):
+        headers = [(n, c[i]) for n, c in zip(names, columns, strict=True)] if names else None
+        yield key, value, headers
+
+
+async def _send_chunk(producer: Producer, topic: str, chunk: Chunk, tally: Tally) -> None:
+    send = producer.send
+    done = tally.on_done
+    for key, value, headers in _rows(chunk):
         if tally.stop:
             return
-        headers = [(n, c[i]) for n, c in zip(names, columns, strict=True)] if names else None
         try:
             future = await send(topic, value, key, headers=headers)
         except AioAccumError as exc:
@@ -229,13 +236,10 @@ def _send_chunk_from_thread(
     producer: SyncProducer, topic: str, chunk: Chunk, tally: Tally
 ) -> list[ThreadRecordFuture]:
     send = producer.send
-    names = chunk.header_names
-    columns = chunk.header_columns
     futures: list[ThreadRecordFuture] = []
-    for i, (key, value) in enumerate(zip(chunk.keys, chunk.values, strict=True)):
+    for key, value, headers in _rows(chunk):
         if tally.stop:
             break
-        headers = [(n, c[i]) for n, c in zip(names, columns, strict=True)] if names else None
         try:
             futures.append(send(topic, value, key, headers=headers))
         except AioAccumError as exc:

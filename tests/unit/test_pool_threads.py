@@ -10,7 +10,6 @@ import asyncio
 import concurrent.futures
 import math
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
@@ -19,16 +18,7 @@ from aioaccum.errors import BufferExhaustedError, ProducerClosedError
 from aioaccum.pool import BufferPool
 
 from .test_pool import P, assert_exact, hold_all, settle
-
-WAIT_S = 30.0
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.001)
+from .test_sync import WAIT_S, wait_until
 
 
 async def wait_for(condition: Callable[[], bool], what: str) -> None:
@@ -140,8 +130,11 @@ def test_close_from_another_thread_wakes_every_waiting_thread() -> None:
     assert_exact(pool, 0)
 
 
-async def test_memory_freed_by_a_thread_reaches_a_waiting_task() -> None:
-    pool = BufferPool(P, P)
+async def queue_behind_a_grant_from_another_thread(pool: BufferPool) -> tuple[
+    bytearray, asyncio.Task[bytearray]
+]:
+    """A task queued for the pool's only buffer, and that buffer freed by another thread: the
+    grant crosses threads with call_soon_threadsafe."""
     held = await pool.allocate(P, math.inf)
     waiter = asyncio.create_task(pool.allocate(P, math.inf))
     await settle()
@@ -149,8 +142,13 @@ async def test_memory_freed_by_a_thread_reaches_a_waiting_task() -> None:
     freeing = threading.Thread(target=pool.deallocate, args=(held,))
     freeing.start()
     freeing.join(WAIT_S)
-    # The grant crossed threads with call_soon_threadsafe: the task wakes on its own loop.
-    async with asyncio.timeout(WAIT_S):
+    return held, waiter
+
+
+async def test_memory_freed_by_a_thread_reaches_a_waiting_task() -> None:
+    pool = BufferPool(P, P)
+    held, waiter = await queue_behind_a_grant_from_another_thread(pool)
+    async with asyncio.timeout(WAIT_S):  # the task wakes on its own loop
         granted = await waiter
     assert granted is held  # the same pooled buffer, reused
     pool.deallocate(granted)
@@ -159,12 +157,7 @@ async def test_memory_freed_by_a_thread_reaches_a_waiting_task() -> None:
 
 async def test_a_task_cancelled_after_a_grant_from_another_thread_gives_it_back() -> None:
     pool = BufferPool(P, P)
-    held = await pool.allocate(P, math.inf)
-    waiter = asyncio.create_task(pool.allocate(P, math.inf))
-    await settle()
-    freeing = threading.Thread(target=pool.deallocate, args=(held,))
-    freeing.start()
-    freeing.join(WAIT_S)
+    held, waiter = await queue_behind_a_grant_from_another_thread(pool)
     # Granted (the memory is the waiter's), but the task is cancelled before it takes it.
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
