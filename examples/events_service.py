@@ -36,61 +36,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from aioaccum import (
-    AioAccumError,
-    BrokerError,
-    BufferExhaustedError,
-    ProducerClosedError,
-    ProducerConfig,
-    ProducerTimeoutError,
-    RecordMetadata,
-    RecordTooLargeError,
-)
+from aioaccum import AioAccumError, RecordMetadata, RecordTooLargeError
 from aioaccum.integrations.asgi import get_producer, producer_lifespan
 
+from ._common import TRUE_WORDS, ServiceSettings, error_answer
+
 log = logging.getLogger("events_service")
-
-# A full buffer drains in about a linger plus a round trip: retry soon. A timeout means the
-# cluster itself is slow or unreachable: retry later.
-RETRY_AFTER_FULL_S = 1
-RETRY_AFTER_TIMEOUT_S = 5
-TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """``"a.b=1, c=x"`` -> ``{"a.b": "1", "c": "x"}``."""
-    props: dict[str, str] = {}
-    for item in text.replace("\n", ",").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"EVENTS_PRODUCER_PROPS: {item!r} is not name=value")
-        props[name.strip()] = value.strip()
-    return props
 
 
 def error_response(exc: AioAccumError) -> JSONResponse:
     """The HTTP answer for an error of the producer's."""
-    headers: dict[str, str] = {}
-    if isinstance(exc, RecordTooLargeError):
-        status = 413
-    elif isinstance(exc, BufferExhaustedError | ProducerClosedError):
-        # Overloaded or shutting down: another instance, or this one shortly, will take it.
-        status = 503
-        headers["Retry-After"] = str(RETRY_AFTER_FULL_S)
-    elif isinstance(exc, ProducerTimeoutError):
-        status = 504
-        headers["Retry-After"] = str(RETRY_AFTER_TIMEOUT_S)
-    elif isinstance(exc, BrokerError):
-        status = 503 if exc.retriable else 502
-        if exc.retriable:
-            headers["Retry-After"] = str(RETRY_AFTER_TIMEOUT_S)
-    else:
-        status = 500
-    body = {"error": type(exc).__name__, "message": str(exc)}
-    return JSONResponse(body, status_code=status, headers=headers)
+    answer = error_answer(exc)
+    return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
 
 
 def _log_failure(future: asyncio.Future[RecordMetadata]) -> None:
@@ -101,12 +58,8 @@ def _log_failure(future: asyncio.Future[RecordMetadata]) -> None:
 
 def create_app(environ: Mapping[str, str] | None = None) -> Starlette:
     """The service, configured from ``environ`` (default: the process environment)."""
-    env = os.environ if environ is None else environ
-    topic = env.get("EVENTS_TOPIC", "events")
-    props = parse_properties(env.get("EVENTS_PRODUCER_PROPS", ""))
-    props.setdefault("bootstrap.servers", env.get("AIOACCUM_BOOTSTRAP", "127.0.0.1:9092"))
-    config = ProducerConfig.from_properties(props)
-    close_timeout = float(env.get("EVENTS_CLOSE_TIMEOUT_S", "25"))
+    settings = ServiceSettings.from_environ(os.environ if environ is None else environ)
+    topic, config = settings.topic, settings.config
 
     async def post_event(request: Request) -> JSONResponse:
         producer = get_producer(request)
@@ -145,5 +98,5 @@ def create_app(environ: Mapping[str, str] | None = None) -> Starlette:
             Route("/events", post_event, methods=["POST"]),
             Route("/metrics", metrics, methods=["GET"]),
         ],
-        lifespan=producer_lifespan(config=config, close_timeout=close_timeout),
+        lifespan=producer_lifespan(config=config, close_timeout=settings.close_timeout),
     )

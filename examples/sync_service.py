@@ -51,36 +51,24 @@ from flask import Flask, Response, jsonify, request
 from waitress.server import create_server
 from werkzeug.exceptions import BadRequest, HTTPException
 
-from aioaccum import (
-    AioAccumError,
-    BrokerError,
-    BufferExhaustedError,
-    ProducerClosedError,
-    ProducerConfig,
-    ProducerTimeoutError,
-    RecordTooLargeError,
-)
+from aioaccum import AioAccumError, RecordTooLargeError
 from aioaccum.sync import SyncProducer
+
+# isort: split
+# Run as ``python examples/sync_service.py``, so this file's folder is on sys.path.
+from _common import TRUE_WORDS, ServiceSettings, error_answer
 
 log = logging.getLogger("sync_service")
 
-# A full buffer drains in about a linger plus a round trip: retry soon. A timeout means the
-# cluster itself is slow or unreachable: retry later.
-RETRY_AFTER_FULL_S = 1
-RETRY_AFTER_TIMEOUT_S = 5
-TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
 DEFAULT_THREADS = 8
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
+class Settings(ServiceSettings):
     """What the service reads from its environment."""
 
-    topic: str
-    config: ProducerConfig
     ack_timeout: float
-    close_timeout: float
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> Settings:
@@ -89,28 +77,13 @@ class Settings:
         Raises:
             ValueError: A variable cannot be parsed (``ConfigError`` for producer settings).
         """
-        props = parse_properties(env.get("EVENTS_PRODUCER_PROPS", ""))
-        props.setdefault("bootstrap.servers", env.get("AIOACCUM_BOOTSTRAP", "127.0.0.1:9092"))
+        common = ServiceSettings.from_environ(env)
         return cls(
-            topic=env.get("EVENTS_TOPIC", "events"),
-            config=ProducerConfig.from_properties(props),
+            topic=common.topic,
+            config=common.config,
+            close_timeout=common.close_timeout,
             ack_timeout=float(env.get("EVENTS_ACK_TIMEOUT_S", "30")),
-            close_timeout=float(env.get("EVENTS_CLOSE_TIMEOUT_S", "25")),
         )
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """``"a.b=1, c=x"`` -> ``{"a.b": "1", "c": "x"}``."""
-    props: dict[str, str] = {}
-    for item in text.replace("\n", ",").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"EVENTS_PRODUCER_PROPS: {item!r} is not name=value")
-        props[name.strip()] = value.strip()
-    return props
 
 
 def json_response(
@@ -124,23 +97,8 @@ def json_response(
 
 def error_response(exc: AioAccumError) -> Response:
     """The HTTP answer for an error of the producer's."""
-    headers: dict[str, str] = {}
-    if isinstance(exc, RecordTooLargeError):
-        status = 413
-    elif isinstance(exc, BufferExhaustedError | ProducerClosedError):
-        # Overloaded or shutting down: another instance, or this one shortly, will take it.
-        status = 503
-        headers["Retry-After"] = str(RETRY_AFTER_FULL_S)
-    elif isinstance(exc, ProducerTimeoutError):
-        status = 504
-        headers["Retry-After"] = str(RETRY_AFTER_TIMEOUT_S)
-    elif isinstance(exc, BrokerError):
-        status = 503 if exc.retriable else 502
-        if exc.retriable:
-            headers["Retry-After"] = str(RETRY_AFTER_TIMEOUT_S)
-    else:
-        status = 500
-    return json_response({"error": type(exc).__name__, "message": str(exc)}, status, headers)
+    answer = error_answer(exc)
+    return json_response(answer.body, answer.status, answer.headers)
 
 
 def parse_flag(name: str, text: str) -> bool:

@@ -10,29 +10,24 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import os
 import signal
-import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import pytest
 
-from .test_web import consume_all, free_port, post
+from ._servers import REPO_ROOT, ServerProcess, Service, running
+from .test_web import HELD_UNTIL_SHUTDOWN, accept_then_stop, consume_all, post
 
 if TYPE_CHECKING:
     from conftest import TopicFactory
 
 pytestmark = [pytest.mark.kafka]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVICE = REPO_ROOT / "examples" / "sync_service.py"
-SERVER_START_TIMEOUT_S = 60.0
 # waitress gives its threads 5 s, then the flush has EVENTS_CLOSE_TIMEOUT_S (set below).
 CLOSE_TIMEOUT_S = 30
 SERVER_STOP_TIMEOUT_S = CLOSE_TIMEOUT_S + 30.0
@@ -41,83 +36,30 @@ REQUEST_THREADS = 8
 CONNECTIONS = 48
 
 
-@dataclass
-class SyncServer:
-    """One ``python examples/sync_service.py`` process."""
-
-    process: subprocess.Popen[bytes]
-    base_url: str
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    async def wait_ready(self, session: aiohttp.ClientSession) -> None:
-        # The service creates its producer before it listens.
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while True:
-            if self.process.poll() is not None:
-                pytest.fail(f"the server exited with {self.process.returncode}:\n{self.log()}")
-            with contextlib.suppress(aiohttp.ClientConnectionError):
-                async with session.get(f"{self.base_url}/health") as response:
-                    if response.status == 200:
-                        assert await response.json() == {"status": "ok"}
-                        return
-            if time.monotonic() > deadline:
-                pytest.fail(f"no answer in {SERVER_START_TIMEOUT_S}s:\n{self.log()}")
-            await asyncio.sleep(0.1)
-
-    async def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Signal the server; it must flush, close the producer and exit with 0 in time."""
-        self.process.send_signal(sig)
-        try:
-            code = await asyncio.to_thread(self.process.wait, SERVER_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            pytest.fail(f"the server did not exit on signal {sig}:\n{self.log()}")
-        assert code == 0, self.log()
-        assert f"{signal.Signals(sig).name}: stopping the server" in self.log()
-        assert "producer closed:" in self.log()
-
-    async def metrics(self, session: aiohttp.ClientSession) -> dict[str, float]:
-        async with session.get(f"{self.base_url}/metrics") as response:
-            assert response.status == 200
-            found: dict[str, float] = await response.json()
-            return found
-
-
-@contextlib.asynccontextmanager
-async def sync_server(
-    tmp_path: Path, bootstrap: str, topic: str, props: Mapping[str, str], **env: str
-) -> AsyncIterator[SyncServer]:
-    port = free_port()
-    log_path = tmp_path / f"server-{port}.log"
-    server_env = {
-        **os.environ,
-        "AIOACCUM_BOOTSTRAP": bootstrap,
-        "EVENTS_TOPIC": topic,
-        "EVENTS_PRODUCER_PROPS": ",".join(f"{k}={v}" for k, v in props.items()),
-        "EVENTS_CLOSE_TIMEOUT_S": str(CLOSE_TIMEOUT_S),
-        **env,
-    }
-    command = [
+def sync_command(port: int) -> list[str]:
+    return [
         sys.executable, str(SERVICE), "--host", "127.0.0.1", "--port", str(port),
         "--threads", str(REQUEST_THREADS),
     ]  # fmt: skip
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(  # noqa: ASYNC220 - starting it does not block
-            command, env=server_env, stdout=log_file, stderr=subprocess.STDOUT, cwd=tmp_path
-        )
-    server = SyncServer(process, f"http://127.0.0.1:{port}", log_path)
-    try:
-        async with aiohttp.ClientSession() as session:
-            await server.wait_ready(session)
-        yield server
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+
+
+SYNC_SERVICE = Service(
+    command=sync_command,
+    # The service creates its producer before it listens.
+    ready_path="/health",
+    ready_body={"status": "ok"},
+    # It must flush, close the producer and exit with 0 in time.
+    stop_timeout=SERVER_STOP_TIMEOUT_S,
+    shutdown_log=lambda sig: [f"{sig.name}: stopping the server", "producer closed:"],
+    env={"EVENTS_CLOSE_TIMEOUT_S": str(CLOSE_TIMEOUT_S)},
+)
+
+
+def sync_server(
+    tmp_path: Path, bootstrap: str, topic: str, props: Mapping[str, str], **env: str
+) -> contextlib.AbstractAsyncContextManager[ServerProcess]:
+    """One ``python examples/sync_service.py`` process."""
+    return running(SYNC_SERVICE, tmp_path, bootstrap, topic, props, **env)
 
 
 def client_session() -> aiohttp.ClientSession:
@@ -170,28 +112,12 @@ async def test_stopping_the_server_flushes_every_accepted_event(
     tmp_path: Path, kafka_bootstrap: str, new_topic: str, sig: int
 ) -> None:
     events = 300
-    # A linger far beyond the test and batches far larger than its data: nothing is sent until
-    # the shutdown flushes it.
-    props = {
-        "linger.ms": "600000",
-        "delivery.timeout.ms": "900000",
-        "batch.size": "1048576",
-        "compression.type": "lz4",
-    }
-    async with (
-        sync_server(tmp_path, kafka_bootstrap, new_topic, props) as server,
-        client_session() as session,
-    ):
-        answers = await asyncio.gather(
-            *(
-                post(session, f"{server.base_url}/events?key=e{i % 11}", b"event-%d" % i)
-                for i in range(events)
-            )
-        )
-        assert [status for status, *_ in answers] == [202] * events
-        before = await server.metrics(session)
-        assert before["record-send-total"] == 0, "records were sent before the shutdown"
-        await server.stop(sig)
+    server = await accept_then_stop(
+        sync_server(tmp_path, kafka_bootstrap, new_topic, HELD_UNTIL_SHUTDOWN),
+        client_session,
+        [(f"/events?key=e{i % 11}", b"event-%d" % i) for i in range(events)],
+        sig,
+    )
     assert f"producer closed: {events} record(s) sent, 0 failed" in server.log()
     records = await consume_all(kafka_bootstrap, new_topic, events)
     assert collections.Counter((r.key, r.value) for r in records) == collections.Counter(

@@ -10,13 +10,11 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,103 +23,44 @@ import psutil
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from ._servers import REPO_ROOT, ServerProcess, Service, running
+
 if TYPE_CHECKING:
     from conftest import TopicFactory
 
 pytestmark = [pytest.mark.kafka]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 KAFKA_SCRIPT = REPO_ROOT / "scripts" / "kafka"
-SERVER_START_TIMEOUT_S = 60.0
 SERVER_STOP_TIMEOUT_S = 60.0
 CONSUME_TIMEOUT_S = 60.0
 CONFIG_COMMAND_TIMEOUT_S = 120.0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass
-class EventsServer:
-    """One uvicorn process serving the example app."""
-
-    process: subprocess.Popen[bytes]
-    base_url: str
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    async def wait_ready(self, session: aiohttp.ClientSession) -> None:
-        # uvicorn binds its socket only after the lifespan's startup (the producer) completed.
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while True:
-            if self.process.poll() is not None:
-                pytest.fail(f"the server exited with {self.process.returncode}:\n{self.log()}")
-            with contextlib.suppress(aiohttp.ClientConnectionError):
-                async with session.get(f"{self.base_url}/metrics") as response:
-                    if response.status == 200:
-                        return
-            if time.monotonic() > deadline:
-                pytest.fail(f"no answer in {SERVER_START_TIMEOUT_S}s:\n{self.log()}")
-            await asyncio.sleep(0.1)
-
-    async def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Signal the server, wait for it to exit, and check that it shut down gracefully."""
-        self.process.send_signal(sig)
-        try:
-            code = await asyncio.to_thread(self.process.wait, SERVER_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            pytest.fail(f"the server did not exit on signal {sig}:\n{self.log()}")
-        # uvicorn shuts down gracefully, then re-raises the signal it caught.
-        assert code in (0, -sig), self.log()
-        assert "Application shutdown complete." in self.log()
-
-    async def metrics(self, session: aiohttp.ClientSession) -> dict[str, float]:
-        async with session.get(f"{self.base_url}/metrics") as response:
-            assert response.status == 200
-            found: dict[str, float] = await response.json()
-            return found
-
-
-@contextlib.asynccontextmanager
-async def events_server(
-    tmp_path: Path, bootstrap: str, topic: str, props: Mapping[str, str], **env: str
-) -> AsyncIterator[EventsServer]:
-    port = free_port()
-    log_path = tmp_path / f"server-{port}.log"
-    server_env = {
-        **os.environ,
-        "AIOACCUM_BOOTSTRAP": bootstrap,
-        "EVENTS_TOPIC": topic,
-        "EVENTS_PRODUCER_PROPS": ",".join(f"{k}={v}" for k, v in props.items()),
-        **env,
-    }
-    command = [
+def events_command(port: int) -> list[str]:
+    return [
         sys.executable, "-m", "uvicorn", "--factory", "examples.events_service:create_app",
         "--app-dir", str(REPO_ROOT), "--host", "127.0.0.1", "--port", str(port),
         "--log-level", "info", "--no-access-log", "--backlog", "4096",
         "--timeout-keep-alive", "60", "--timeout-graceful-shutdown", "30",
     ]  # fmt: skip
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(  # noqa: ASYNC220 - starting it does not block
-            command, env=server_env, stdout=log_file, stderr=subprocess.STDOUT, cwd=tmp_path
-        )
-    server = EventsServer(process, f"http://127.0.0.1:{port}", log_path)
-    try:
-        async with aiohttp.ClientSession() as session:
-            await server.wait_ready(session)
-        yield server
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+
+
+EVENTS_SERVICE = Service(
+    command=events_command,
+    # uvicorn binds its socket only after the lifespan's startup (the producer) completed.
+    ready_path="/metrics",
+    stop_timeout=SERVER_STOP_TIMEOUT_S,
+    shutdown_log=lambda sig: ["Application shutdown complete."],
+    # uvicorn shuts down gracefully, then re-raises the signal it caught.
+    exits_by_signal=True,
+)
+
+
+def events_server(
+    tmp_path: Path, bootstrap: str, topic: str, props: Mapping[str, str], **env: str
+) -> contextlib.AbstractAsyncContextManager[ServerProcess]:
+    """One uvicorn process serving the example app."""
+    return running(EVENTS_SERVICE, tmp_path, bootstrap, topic, props, **env)
 
 
 async def consume_all(bootstrap: str, topic: str, expected: int) -> list[Any]:
@@ -155,6 +94,39 @@ async def post(
     async with session.post(url, data=body) as response:
         payload: dict[str, Any] = await response.json()
         return response.status, payload, response.headers, time.monotonic() - started
+
+
+# A linger far beyond the test and batches far larger than its data: nothing is sent until
+# the shutdown flushes it.
+HELD_UNTIL_SHUTDOWN = {
+    "linger.ms": "600000",
+    "delivery.timeout.ms": "900000",
+    "batch.size": "1048576",
+    "compression.type": "lz4",
+}
+
+
+async def accept_then_stop(
+    server_context: contextlib.AbstractAsyncContextManager[ServerProcess],
+    new_session: Callable[[], aiohttp.ClientSession],
+    requests: Sequence[tuple[str, bytes]],
+    sig: int,
+) -> ServerProcess:
+    """Start the server, POST every ``(path, body)`` at once, see each answered 202 with
+    nothing sent yet, then stop the server with ``sig``.
+
+    Returns:
+        The stopped server, for its log.
+    """
+    async with server_context as server, new_session() as session:
+        answers = await asyncio.gather(
+            *(post(session, f"{server.base_url}{path}", body) for path, body in requests)
+        )
+        assert [status for status, *_ in answers] == [202] * len(requests)
+        before = await server.metrics(session)
+        assert before["record-send-total"] == 0, "records were sent before the shutdown"
+        await server.stop(sig)
+    return server
 
 
 async def test_events_land_in_kafka_with_the_offsets_the_service_reported(
@@ -193,25 +165,12 @@ async def test_stopping_the_server_flushes_every_accepted_event(
     tmp_path: Path, kafka_bootstrap: str, new_topic: str, sig: int
 ) -> None:
     events = 400
-    # A linger far beyond the test and batches far larger than its data: nothing is sent until
-    # the shutdown flushes it.
-    props = {
-        "linger.ms": "600000",
-        "delivery.timeout.ms": "900000",
-        "batch.size": "1048576",
-        "compression.type": "lz4",
-    }
-    async with (
-        events_server(tmp_path, kafka_bootstrap, new_topic, props) as server,
-        aiohttp.ClientSession() as session,
-    ):
-        answers = await asyncio.gather(
-            *(post(session, f"{server.base_url}/events", b"event-%d" % i) for i in range(events))
-        )
-        assert [status for status, *_ in answers] == [202] * events
-        before = await server.metrics(session)
-        assert before["record-send-total"] == 0, "records were sent before the shutdown"
-        await server.stop(sig)
+    await accept_then_stop(
+        events_server(tmp_path, kafka_bootstrap, new_topic, HELD_UNTIL_SHUTDOWN),
+        aiohttp.ClientSession,
+        [("/events", b"event-%d" % i) for i in range(events)],
+        sig,
+    )
     values = sorted(r.value for r in await consume_all(kafka_bootstrap, new_topic, events))
     assert values == sorted(b"event-%d" % i for i in range(events))
 
