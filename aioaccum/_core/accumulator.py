@@ -4,8 +4,16 @@ Theory of operation
 -------------------
 A port of Kafka's ``RecordAccumulator``. Each topic-partition owns a deque of
 :class:`ProducerBatch`; appends go to the last batch of the deque, and when it has no room a new
-batch is opened in a buffer borrowed from the :class:`~aioaccum.pool.BufferPool`. Borrowing is the
-one place a ``send()`` may wait, which is why :meth:`RecordAccumulator.append` is a coroutine.
+batch is opened in a buffer borrowed from the :class:`~aioaccum.pool.BufferPool`.
+:meth:`RecordAccumulator.append` never waits: when the pool has no buffer to give at once it
+answers with a :class:`BufferRequest`, and the caller waits for memory (a coroutine on the pool's
+queue, a thread blocked in it) and appends again.
+
+Threads append too (``SyncProducer``, ``Producer.send_from_thread``), as in Java, where callers
+append under the deque's lock. Here one lock, the pool's, guards batches and memory together: the
+loop thread holds it while it reads or changes them, and appends take it once a thread has
+appended (:meth:`enable_threads`), so an asyncio-only producer never pays for it. A thread that
+finds it taken gives up the GIL rather than wait inside the lock's acquire (see :meth:`append`).
 
 Everything else here is synchronous and takes the time as an argument, as Kafka's ``nowMs``:
 
