@@ -51,6 +51,10 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
+# Read on every send: a module constant, not an attribute lookup on the enum class.
+_RUNNING = _State.RUNNING
+
+
 class SyncProducer:
     """A thread-safe, blocking producer: :class:`~aioaccum.Producer` for threads.
 
@@ -169,7 +173,7 @@ class SyncProducer:
             SerializationError: Key, value or headers are not bytes and no serializer was given.
             RuntimeError: Called on the producer's own loop thread.
         """
-        if self._state is not _State.RUNNING:
+        if self._state is not _RUNNING:
             raise ProducerClosedError("cannot send: the SyncProducer is closed")
         return self._producer.send_from_thread(topic, value, key, partition, timestamp_ms, headers)
 
