@@ -360,7 +360,7 @@ class Producer:
         timestamp_ms: int | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
     ) -> ThreadRecordFuture:
-        """:meth:`send` for plain threads: buffer one record from any thread but the loop's.
+        """:meth:`send` for plain threads: buffer one record from any thread.
 
         The calling thread appends the record itself (the accumulator is shared under a lock,
         as in Java's producer), so records of one thread keep their order, and nothing is
@@ -372,8 +372,9 @@ class Producer:
             A :class:`ThreadRecordFuture`: ``result(timeout)`` blocks until the broker answered.
 
         Raises:
-            The errors of :meth:`send`, and ``RuntimeError`` on the loop's own thread (blocking
-            there would stop the loop that has to free memory).
+            The errors of :meth:`send`, and ``RuntimeError`` when it would have to wait on the
+            loop's own thread (in a record future's callback, say): waiting there would stop the
+            loop that has to free the memory or fetch the metadata.
         """
         if self._parts is None:
             self._running_parts()
