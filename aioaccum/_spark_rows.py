@@ -259,20 +259,20 @@ def produce_from_thread(
     """:func:`produce` with a :class:`~aioaccum.sync.SyncProducer`: this thread takes each
     chunk and appends its records itself while the producer's loop thread sends, and counts
     a chunk's outcomes once the next chunk is appended (by then most have arrived)."""
-    with SyncProducer(**settings) as producer:
-        previous: list[ThreadRecordFuture] = []
-        try:
-            for chunk in chunks:
-                futures = _send_chunk_from_thread(producer, topic, chunk, tally)
-                tally.settle(previous)
-                previous = futures
-                if on_chunk is not None:
-                    on_chunk(chunk)
-                if tally.stop:
-                    break
-        finally:
-            producer.close()  # delivers what it holds, so the last outcomes are in
+    producer = SyncProducer(**settings)
+    previous: list[ThreadRecordFuture] = []
+    try:
+        for chunk in chunks:
+            futures = _send_chunk_from_thread(producer, topic, chunk, tally)
             tally.settle(previous)
+            previous = futures
+            if on_chunk is not None:
+                on_chunk(chunk)
+            if tally.stop:
+                break
+    finally:
+        producer.close()  # delivers what it holds, so the last outcomes are in
+        tally.settle(previous)
 
 
 async def produce(
