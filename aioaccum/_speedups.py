@@ -53,6 +53,7 @@ COMPILED_SOURCES = (
     "aioaccum._wait",
     "aioaccum._many",
     "aioaccum._validate",
+    "aioaccum._core.sender_core",
     "aioaccum.sender",
     "aioaccum._kafka",
     "aioaccum.sync",

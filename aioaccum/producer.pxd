@@ -13,8 +13,7 @@ cdef class Producer:
     cdef public object _sender_task
     cdef public object _metrics
     cdef public object _partitioner
-    cdef public bint _closed
-    cdef public bint _started
+    cdef public object _state
     cdef public Py_ssize_t _max_record_size
     cdef public bint _sticky
     cdef public object _loop

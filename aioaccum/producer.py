@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import enum
 import logging
 import threading
 import time
@@ -22,12 +23,14 @@ from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.codecs import CompressionType
 from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata, ThreadRecordFuture
 from aioaccum._core.idempotence import TransactionManager
+from aioaccum._core.lifecycle import move
 from aioaccum._core.partitioner import BuiltInPartitioner
 from aioaccum._core.records import (
     MAX_RECORD_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     estimate_size_in_bytes_upper_bound,
 )
+from aioaccum._core.sender_core import SenderCore
 from aioaccum._kafka import AioKafkaAdapter, KafkaAdapter
 from aioaccum._many import ManyResult
 from aioaccum._validate import (
@@ -62,6 +65,19 @@ _SENDER_OF: contextvars.ContextVar[Producer | None] = contextvars.ContextVar(
 )
 
 
+class ProducerState(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+_TRANSITIONS = {
+    ProducerState.NEW: frozenset({ProducerState.RUNNING, ProducerState.CLOSED}),
+    ProducerState.RUNNING: frozenset({ProducerState.CLOSED}),
+    ProducerState.CLOSED: frozenset(),
+}
+
+
 class Producer:
     """An asyncio Kafka producer with a bounded buffer pool and per-partition batching.
 
@@ -92,8 +108,7 @@ class Producer:
         self._partitioner = BuiltInPartitioner(
             config.batch_size, adaptive=config.partitioner_adaptive_partitioning_enable
         )
-        self._closed = False
-        self._started = False
+        self._state = ProducerState.NEW
         self._max_record_size = min(config.max_request_size, config.buffer_memory)
         self._sticky = config.partitioner is None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,9 +134,9 @@ class Producer:
 
     async def start(self) -> None:
         """Connect to the cluster and start the sender task."""
-        if self._started:
+        if self._state is ProducerState.RUNNING:
             return
-        if self._closed:
+        if self._state is ProducerState.CLOSED:
             raise ProducerClosedError("this producer was closed; create a new one")
         cfg = self._config
         self._loop = asyncio.get_running_loop()
@@ -144,12 +159,10 @@ class Producer:
             ignore_keys=cfg.partitioner_ignore_keys,
             loop=self._loop,
             clock=self._loop.time,
+            availability_timeout=cfg.partitioner_availability_timeout_ms / 1000,
         )
-        self._sender = Sender(
+        core = SenderCore(
             self._acc,
-            kafka,
-            acks=cfg.acks,
-            request_timeout_ms=cfg.request_timeout_ms,
             max_request_size=cfg.max_request_size,
             max_in_flight=cfg.max_in_flight_requests_per_connection,
             delivery_timeout=cfg.delivery_timeout_ms / 1000,
@@ -159,6 +172,9 @@ class Producer:
             transaction_manager=txn,
             metrics=self._metrics,
         )
+        self._sender = Sender(
+            core, kafka, acks=cfg.acks, request_timeout_ms=cfg.request_timeout_ms
+        )
         self._acc.set_wakeup(self._sender.wakeup, self._sender.wakeup_threadsafe)
         # The sender's tasks, and every task they start, carry this producer in their context.
         context = contextvars.copy_context()
@@ -167,7 +183,7 @@ class Producer:
             self._sender.run(), name="aioaccum-sender", context=context
         )
         self._parts = (kafka, self._acc, self._sender)
-        self._started = True
+        self._move(ProducerState.RUNNING)
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -190,9 +206,9 @@ class Producer:
                 :class:`ProducerClosedError`.
         """
         self._refuse_inside_sender("close")
-        if self._closed:
+        if self._state is ProducerState.CLOSED:
             return
-        self._closed = True
+        self._move(ProducerState.CLOSED)
         self._parts = None
         sender, task = self._sender, self._sender_task
         try:
@@ -233,8 +249,16 @@ class Producer:
 
     # --- sending
 
+    def _move(self, state: ProducerState) -> None:
+        self._state = move("the producer", self._state, state, _TRANSITIONS)
+
+    @property
+    def state(self) -> ProducerState:
+        """``NEW`` until :meth:`start`, ``RUNNING``, then ``CLOSED`` from :meth:`close` on."""
+        return self._state
+
     def _running_parts(self) -> tuple[KafkaAdapter, RecordAccumulator, Sender]:
-        if self._closed:
+        if self._state is ProducerState.CLOSED:
             raise ProducerClosedError("cannot send: the producer is closed")
         if self._kafka is None or self._acc is None or self._sender is None:
             raise ProducerClosedError("cannot send: call await producer.start() first")
@@ -605,7 +629,7 @@ class Producer:
                 f"got {timestamp_ms!r}"
             )
         parts = self._parts
-        if parts is None or self._closed or parts[2].fatal_error is not None:
+        if parts is None or parts[2].fatal_error is not None:
             parts = self._running_parts()
         kafka, acc, _ = parts
         loop = self._loop
@@ -724,6 +748,15 @@ class Producer:
             partitions = await kafka.wait_for_topic(topic, self._config.max_block_ms / 1000)
         return list(partitions)
 
+    def pending_records(self) -> int:
+        """How many records were accepted by :meth:`send` and have not ended yet (neither
+        acknowledged nor failed): what a :meth:`flush` now would wait for. 0 before
+        :meth:`start`."""
+        acc = self._acc
+        if acc is None:
+            return 0
+        return sum(b.record_count for b in acc.incomplete_batches() if not b.is_done)
+
     def metrics(self) -> dict[str, float]:
         """Java-named producer metrics (``record-send-rate``, ``bufferpool-wait-ratio``, ...)."""
         if self._pool is None or self._sender is None:
@@ -735,5 +768,4 @@ class Producer:
         return self._pool
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("running" if self._started else "new")
-        return f"<Producer {state} bootstrap={self._config.bootstrap_servers!r}>"
+        return f"<Producer {self._state.value} bootstrap={self._config.bootstrap_servers!r}>"

@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from aioaccum._core.futures import RecordMetadata, ThreadRecordFuture
+from aioaccum._core.lifecycle import move
 from aioaccum._kafka import KafkaAdapter
 from aioaccum._loops import default_loop_factory
 from aioaccum.config import ProducerConfig
@@ -51,6 +52,12 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
+_TRANSITIONS = {
+    _State.STARTING: frozenset({_State.RUNNING, _State.CLOSED}),
+    _State.RUNNING: frozenset({_State.CLOSING, _State.CLOSED}),
+    _State.CLOSING: frozenset({_State.CLOSED}),
+    _State.CLOSED: frozenset(),
+}
 # Read on every send: a module constant, not an attribute lookup on the enum class.
 _RUNNING = _State.RUNNING
 
@@ -121,11 +128,11 @@ class SyncProducer:
             await self._producer.start()
         except BaseException as exc:
             self._start_error = exc
-            self._state = _State.CLOSED
+            self._move(_State.CLOSED)
             await self._producer.close(0)
             self._ready.set()
             return
-        self._state = _State.RUNNING
+        self._move(_State.RUNNING)
         self._ready.set()
         await self._close_requested
         try:
@@ -133,7 +140,10 @@ class SyncProducer:
             await self._producer.close(self._close_timeout)
         finally:
             self._final_metrics = self._producer.metrics()
-            self._state = _State.CLOSED
+            self._move(_State.CLOSED)
+
+    def _move(self, state: _State) -> None:
+        self._state = move("the SyncProducer", self._state, state, _TRANSITIONS)
 
     def _request_close(self) -> None:
         fut = self._close_requested
@@ -230,7 +240,7 @@ class SyncProducer:
         with self._lock:
             first = self._state is _State.RUNNING
             if first:
-                self._state = _State.CLOSING
+                self._move(_State.CLOSING)
                 self._close_timeout = timeout
         loop = self._loop
         if first and loop is not None and self._thread.is_alive():

@@ -3,6 +3,10 @@
 The part of Kafka's ``TransactionManager`` an idempotent (non-transactional) producer needs. The
 broker de-duplicates retries by (producer id, epoch, partition, sequence), so each batch is
 stamped once, when it is first drained, and keeps its sequence across retries.
+
+Everything known about one partition lives in its :class:`TopicPartitionEntry`, as in Kafka: the
+next sequence to hand out, the last sequence the broker acknowledged, and the batches in flight
+by first sequence. A new producer id or epoch starts every entry over.
 """
 
 from __future__ import annotations
@@ -10,11 +14,12 @@ from __future__ import annotations
 from aioaccum._core.batch import ProducerBatch
 from aioaccum._core.cluster import TopicPartition
 
-__all__ = ["ProducerIdAndEpoch", "TransactionManager"]
+__all__ = ["ProducerIdAndEpoch", "TopicPartitionEntry", "TransactionManager"]
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
-_MAX_SEQUENCE = 2**31 - 1
+NO_SEQUENCE = -1
+_SEQUENCE_SPACE = 2**31
 
 
 class ProducerIdAndEpoch:
@@ -32,21 +37,43 @@ class ProducerIdAndEpoch:
         return f"ProducerIdAndEpoch(producer_id={self.producer_id}, epoch={self.epoch})"
 
 
+class TopicPartitionEntry:
+    """One partition's sequence state under the current producer id and epoch."""
+
+    __slots__ = ("in_flight", "last_acked_sequence", "next_sequence")
+
+    def __init__(self) -> None:
+        self.next_sequence = 0
+        self.last_acked_sequence = NO_SEQUENCE
+        self.in_flight: dict[int, ProducerBatch] = {}
+        """Batches sent and not yet answered, by first sequence."""
+
+    def __repr__(self) -> str:
+        return (
+            f"TopicPartitionEntry(next_sequence={self.next_sequence}, "
+            f"last_acked_sequence={self.last_acked_sequence}, in_flight={sorted(self.in_flight)})"
+        )
+
+
 class TransactionManager:
     """Hands out sequence numbers per partition for one producer id and epoch."""
 
     def __init__(self) -> None:
         self.producer = ProducerIdAndEpoch()
-        self._next_sequence: dict[TopicPartition, int] = {}
-        self._acknowledged: set[TopicPartition] = set()
+        self._partitions: dict[TopicPartition, TopicPartitionEntry] = {}
         self.needs_reset = False
 
     def set_producer_id_and_epoch(self, producer_id: int, epoch: int) -> None:
         """Adopt a new id/epoch: the broker tracks sequences from 0 again for it."""
         self.producer = ProducerIdAndEpoch(producer_id, epoch)
-        self._next_sequence.clear()
-        self._acknowledged.clear()
+        self._partitions.clear()
         self.needs_reset = False
+
+    def entry(self, tp: TopicPartition) -> TopicPartitionEntry:
+        entry = self._partitions.get(tp)
+        if entry is None:
+            entry = self._partitions[tp] = TopicPartitionEntry()
+        return entry
 
     def has_acknowledged(self, tp: TopicPartition) -> bool:
         """Whether the broker acknowledged a batch of ``tp`` under the current producer id.
@@ -55,10 +82,43 @@ class TransactionManager:
         whatever sequence comes first; a second batch in flight could then overtake a first
         one that failed. So the sender keeps one batch in flight per such partition.
         """
-        return tp in self._acknowledged
+        entry = self._partitions.get(tp)
+        return entry is not None and entry.last_acked_sequence != NO_SEQUENCE
 
-    def mark_acknowledged(self, tp: TopicPartition) -> None:
-        self._acknowledged.add(tp)
+    def add_in_flight(self, batch: ProducerBatch) -> None:
+        if batch.base_sequence >= 0:
+            self.entry(batch.tp).in_flight[batch.base_sequence] = batch
+
+    def remove_in_flight(self, batch: ProducerBatch) -> None:
+        entry = self._partitions.get(batch.tp)
+        if entry is not None and entry.in_flight.get(batch.base_sequence) is batch:
+            del entry.in_flight[batch.base_sequence]
+
+    def mark_acknowledged(self, batch: ProducerBatch) -> None:
+        """The broker wrote ``batch`` (or had written it before) under the current id."""
+        if batch.base_sequence < 0:
+            return
+        last = (batch.base_sequence + batch.record_count - 1) % _SEQUENCE_SPACE
+        self.entry(batch.tp).last_acked_sequence = last
+
+    def follows_unresolved_batch(self, batch: ProducerBatch) -> bool:
+        """Whether an out-of-order answer for ``batch`` only means that an earlier batch is not
+        written yet.
+
+        After a leader change, a batch retried to the new leader can arrive before the retry of
+        the batch ahead of it. The broker then sees a gap, but no sequence is lost: the batch is
+        retried after the earlier one, under the same producer id (Kafka's
+        ``TransactionManager.canRetry``). A new producer id here would re-stamp batches whose
+        earlier attempt may have been written, and the broker could no longer de-duplicate them.
+        """
+        entry = self._partitions.get(batch.tp)
+        if entry is None:
+            return False
+        sequence = batch.base_sequence
+        if any(earlier < sequence for earlier in entry.in_flight):
+            return True  # the batch ahead is still on its way: its answer decides
+        last = entry.last_acked_sequence
+        return last != NO_SEQUENCE and sequence > last + 1
 
     def request_reset(self) -> None:
         """Ask for a new producer id/epoch.
@@ -75,7 +135,8 @@ class TransactionManager:
         return self.producer.is_valid
 
     def next_sequence(self, tp: TopicPartition) -> int:
-        return self._next_sequence.get(tp, 0)
+        entry = self._partitions.get(tp)
+        return 0 if entry is None else entry.next_sequence
 
     def stamp(self, batch: ProducerBatch, *, again: bool = False) -> None:
         """Give a batch its producer id, epoch and first sequence, once; retries keep them.
@@ -84,8 +145,8 @@ class TransactionManager:
         """
         if (batch.base_sequence >= 0 and not again) or not self.producer.is_valid:
             return
-        tp = batch.tp
-        sequence = self._next_sequence.get(tp, 0)
+        entry = self.entry(batch.tp)
+        sequence = entry.next_sequence
         batch.set_producer_state(self.producer.producer_id, self.producer.epoch, sequence)
         # Sequences wrap at 2**31 like Java's DefaultRecordBatch.incrementSequence.
-        self._next_sequence[tp] = (sequence + batch.record_count) % (_MAX_SEQUENCE + 1)
+        entry.next_sequence = (sequence + batch.record_count) % _SEQUENCE_SPACE

@@ -48,13 +48,6 @@ def resolve_config(
     return config, kafka
 
 
-def _unfinished_records(producer: Producer) -> int:
-    acc = producer._acc
-    if acc is None:
-        return 0
-    return sum(batch.record_count for batch in acc.incomplete_batches() if not batch.is_done)
-
-
 async def shutdown_producer(producer: Producer, close_timeout: float) -> int:
     """Flush, then close, within ``close_timeout`` seconds in all.
 
@@ -72,10 +65,10 @@ async def shutdown_producer(producer: Producer, close_timeout: float) -> int:
     try:
         await producer.flush(close_timeout)
     except TimeoutError:
-        dropped = _unfinished_records(producer)
+        dropped = producer.pending_records()
     except ProducerClosedError:
         # Never started, already closed, or the sender died (it logged why).
-        dropped = _unfinished_records(producer)
+        dropped = producer.pending_records()
     finally:
         await producer.close(max(deadline - loop.time(), 0.0))
     if dropped:

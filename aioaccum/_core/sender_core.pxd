@@ -1,0 +1,23 @@
+# Compiled declarations for sender_core.py; see futures.pxd.
+from aioaccum._core.accumulator cimport RecordAccumulator
+
+
+cdef class SenderCore:
+    cdef public RecordAccumulator _acc
+    cdef public Py_ssize_t _max_request_size
+    cdef public Py_ssize_t _max_in_flight
+    cdef public double _delivery_timeout
+    cdef public object _retries
+    cdef public double _retry_backoff
+    cdef public double _retry_backoff_max
+    cdef public object _txn
+    cdef public object _metrics
+    cdef public object _rng
+    cdef public object state
+    cdef public object fatal_error
+    cdef public dict _in_flight
+    cdef public set _in_flight_batches
+    cdef public bint _init_pending
+    cdef public long long _init_attempts
+    cdef public double _next_init_at
+    cdef public long long batches_ended
