@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum._core.kafka_errors import Errors
 from aioaccum._kafka import PartitionResponse, broker_error_for_code
 from aioaccum.errors import AioAccumError, ProducerTimeoutError
 
@@ -142,8 +143,6 @@ class FakeKafka:
             self.in_flight -= 1
 
 
-OUT_OF_ORDER_SEQUENCE = 45
-DUPLICATE_SEQUENCE = 46
 
 
 @dataclass
@@ -151,7 +150,8 @@ class SequencedFakeKafka(FakeKafka):
     """A fake that also enforces the broker's idempotence rules per partition and producer id.
 
     A batch is written only if its first sequence follows the last one written for its producer
-    id (else OUT_OF_ORDER_SEQUENCE); a batch seen before is answered DUPLICATE_SEQUENCE.
+    id (else OUT_OF_ORDER_SEQUENCE_NUMBER); a batch seen before is answered
+    DUPLICATE_SEQUENCE_NUMBER.
     """
 
     last_sequence: dict[tuple[int, TopicPartition], int] = field(default_factory=dict)
@@ -181,9 +181,9 @@ class SequencedFakeKafka(FakeKafka):
             if tp in answer or batch.producer_id < 0:
                 continue
             if key in self.written:
-                answer[tp] = DUPLICATE_SEQUENCE
+                answer[tp] = Errors.DUPLICATE_SEQUENCE_NUMBER
             elif batch.base_sequence != self.last_sequence.get((batch.producer_id, tp), -1) + 1:
-                answer[tp] = OUT_OF_ORDER_SEQUENCE
+                answer[tp] = Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
                 self.out_of_order += 1
         self.script.appendleft(answer)
         out = await super().produce(node, acks=acks, timeout_ms=timeout_ms, batches=batches)

@@ -16,6 +16,7 @@ from typing import Any
 
 from aioaccum import Producer, wait_all
 from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum._core.kafka_errors import Errors
 from aioaccum._kafka import PartitionResponse
 from aioaccum._speedups import describe
 from aioaccum.errors import BrokerError
@@ -23,9 +24,6 @@ from aioaccum.errors import BrokerError
 from .fake_kafka import FakeKafka
 
 TS = 1_700_000_000_000
-MESSAGE_TOO_LARGE = 10
-NOT_ENOUGH_REPLICAS = 19
-INVALID_RECORD = 87
 
 
 class RecordingKafka(FakeKafka):
@@ -84,13 +82,13 @@ async def run(compression: str) -> dict[str, Any]:
         first = [outcome(m) for m in await wait_all(futures, return_exceptions=True)]
         # A retriable error, a batch the broker finds too large (split), and a fatal error.
         tp0 = TopicPartition("t", 0)
-        kafka.script.extend([{tp0: NOT_ENOUGH_REPLICAS}, {tp0: MESSAGE_TOO_LARGE}])
+        kafka.script.extend([{tp0: Errors.NOT_ENOUGH_REPLICAS}, {tp0: Errors.MESSAGE_TOO_LARGE}])
         again = [
             await producer.send("t", b"r" * 200, partition=0, timestamp_ms=TS + j)
             for j in range(12)
         ]
         second = [outcome(m) for m in await wait_all(again, return_exceptions=True)]
-        kafka.script.append({tp0: INVALID_RECORD})
+        kafka.script.append({tp0: Errors.INVALID_RECORD})
         failing = [await producer.send("t", b"f", partition=0, timestamp_ms=TS) for _ in range(3)]
         third = []
         for future in failing:

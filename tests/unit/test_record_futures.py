@@ -17,6 +17,7 @@ from aioaccum import wait_all
 from aioaccum._core.batch import ProducerBatch
 from aioaccum._core.cluster import TopicPartition
 from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult, RecordMetadata
+from aioaccum._core.kafka_errors import Errors
 from aioaccum._core.records import MemoryRecordsBuilder
 from aioaccum.errors import BrokerError, DeliveryTimeoutError
 
@@ -163,7 +164,7 @@ async def test_each_reader_gets_its_own_error_chained_to_the_cause() -> None:
     batch = new_batch(asyncio.get_running_loop())
     futures = fill(batch, 3)
     cause = OSError("connection reset")
-    error = BrokerError("NOT_ENOUGH_REPLICAS", errno=19, retriable=True)
+    error = BrokerError("NOT_ENOUGH_REPLICAS", errno=Errors.NOT_ENOUGH_REPLICAS, retriable=True)
     error.__cause__ = cause
     batch.fail(error)
     errors = []
@@ -172,7 +173,7 @@ async def test_each_reader_gets_its_own_error_chained_to_the_cause() -> None:
             await future
         errors.append(info.value)
         assert info.value.__cause__ is cause
-        assert info.value.errno == 19
+        assert info.value.errno == Errors.NOT_ENOUGH_REPLICAS
     assert len({id(e) for e in errors}) == 3
     assert error.__traceback__ is None  # raised copies never touch the batch's own error
 
@@ -277,7 +278,7 @@ async def test_wait_all_with_return_exceptions_and_other_awaitables() -> None:
     (failed,) = fill(bad, 1)
     plain: asyncio.Future[int] = loop.create_future()
     loop.call_soon(ok.complete, 5, -1)
-    loop.call_soon(bad.fail, BrokerError("boom", errno=2, retriable=False))
+    loop.call_soon(bad.fail, BrokerError("boom", errno=Errors.CORRUPT_MESSAGE, retriable=False))
     loop.call_soon(plain.set_result, 9)
     mixed: list[Awaitable[object]] = [good, failed, plain]
     out = await wait_all(mixed, return_exceptions=True)

@@ -16,14 +16,13 @@ from aioaccum import (
     SerializationError,
 )
 from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum._core.kafka_errors import Errors
 from aioaccum.producer import Producer
 
 from .fake_kafka import FakeKafka, Request
 
 pytestmark = pytest.mark.looptime
 
-MESSAGE_TOO_LARGE = 10
-INVALID_REQUIRED_ACKS = 21  # not retriable
 
 
 def make(fake: FakeKafka | None = None, **settings: Any) -> tuple[Producer, FakeKafka]:
@@ -119,18 +118,18 @@ async def test_a_record_too_large_is_refused_before_the_pool_is_touched() -> Non
 
 async def test_a_failed_batch_fails_the_future_with_a_typed_error() -> None:
     producer, fake = make(retries=0, batch_size=256)
-    fake.script.append({TopicPartition("t", 1): INVALID_REQUIRED_ACKS})
+    fake.script.append({TopicPartition("t", 1): Errors.INVALID_REQUIRED_ACKS})
     async with producer:
         future = await producer.send_many("t", [b"x" * 40] * 20, partition=1)
         with pytest.raises(BrokerError) as caught:
             await future
-    assert caught.value.errno == INVALID_REQUIRED_ACKS
+    assert caught.value.errno == Errors.INVALID_REQUIRED_ACKS
     assert not caught.value.retriable
 
 
 async def test_records_of_a_split_batch_keep_their_places() -> None:
     producer, fake = make(batch_size=4096)
-    fake.script.append({TopicPartition("t", 0): MESSAGE_TOO_LARGE})
+    fake.script.append({TopicPartition("t", 0): Errors.MESSAGE_TOO_LARGE})
     values = [b"r%03d" % i + b"y" * 60 for i in range(40)]
     async with producer:
         results = await (await producer.send_many("t", values, partition=0))

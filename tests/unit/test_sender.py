@@ -9,6 +9,7 @@ import pytest
 
 from aioaccum import BrokerError, DeliveryTimeoutError, ProducerClosedError
 from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum._core.kafka_errors import Errors
 from aioaccum.producer import Producer
 
 from .fake_kafka import FakeKafka, Request
@@ -18,10 +19,6 @@ pytestmark = pytest.mark.looptime
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
 TP2 = TopicPartition("t", 2)
-NOT_LEADER = 6  # NOT_LEADER_OR_FOLLOWER: retriable, stale metadata
-MESSAGE_TOO_LARGE = 10
-CORRUPT_MESSAGE = 2
-INVALID_REQUIRED_ACKS = 21  # not retriable
 
 
 def make(fake: FakeKafka | None = None, **settings: Any) -> tuple[Producer, FakeKafka]:
@@ -73,7 +70,7 @@ async def test_one_request_per_node() -> None:
 
 async def test_retriable_error_is_retried_after_backoff() -> None:
     producer, fake = make(linger_ms=0, retry_backoff_ms=100)
-    fake.script.append({TP0: NOT_LEADER})
+    fake.script.append({TP0: Errors.NOT_LEADER_OR_FOLLOWER})
     async with producer:
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -89,12 +86,12 @@ async def test_retriable_error_is_retried_after_backoff() -> None:
 
 async def test_fatal_error_fails_the_records_with_a_typed_error() -> None:
     producer, fake = make(linger_ms=0)
-    fake.script.append({TP0: INVALID_REQUIRED_ACKS})
+    fake.script.append({TP0: Errors.INVALID_REQUIRED_ACKS})
     async with producer:
         future = await producer.send("t", b"v", partition=0)
         with pytest.raises(BrokerError) as info:
             await future
-    assert info.value.errno == INVALID_REQUIRED_ACKS
+    assert info.value.errno == Errors.INVALID_REQUIRED_ACKS
     assert not info.value.retriable
     assert len(fake.requests) == 1
 
@@ -103,7 +100,7 @@ async def test_delivery_timeout_names_partition_and_age() -> None:
     producer, fake = make(
         linger_ms=0, delivery_timeout_ms=2000, request_timeout_ms=1000, retry_backoff_ms=100
     )
-    fake.script.extend({TP1: NOT_LEADER} for _ in range(1000))
+    fake.script.extend({TP1: Errors.NOT_LEADER_OR_FOLLOWER} for _ in range(1000))
     async with producer:
         future = await producer.send("t", b"v", partition=1)
         with pytest.raises(DeliveryTimeoutError, match=r"t-1: \d+ ms has passed"):
@@ -115,7 +112,7 @@ async def test_delivery_timeout_names_partition_and_age() -> None:
 
 async def test_message_too_large_splits_and_keeps_each_result() -> None:
     producer, fake = make(linger_ms=10)
-    fake.script.append({TP2: MESSAGE_TOO_LARGE})
+    fake.script.append({TP2: Errors.MESSAGE_TOO_LARGE})
     async with producer:
         futures = [await producer.send("t", b"r%d" % i, partition=2) for i in range(20)]
         results = await asyncio.gather(*futures)
@@ -187,7 +184,7 @@ async def test_close_delivers_what_is_buffered() -> None:
 
 async def test_close_with_timeout_fails_what_cannot_be_delivered() -> None:
     producer, fake = make(linger_ms=0, delivery_timeout_ms=60_000, retry_backoff_ms=100)
-    fake.script.extend({TP0: NOT_LEADER} for _ in range(10_000))
+    fake.script.extend({TP0: Errors.NOT_LEADER_OR_FOLLOWER} for _ in range(10_000))
     await producer.start()
     future = await producer.send("t", b"v", partition=0)
     await producer.close(timeout=1.0)

@@ -10,6 +10,7 @@ import pytest
 
 from aioaccum import BrokerError, DeliveryTimeoutError, ProducerClosedError
 from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum._core.kafka_errors import Errors
 from aioaccum._kafka import PartitionResponse
 from aioaccum.producer import Producer
 
@@ -19,7 +20,6 @@ pytestmark = pytest.mark.looptime
 
 TP0 = TopicPartition("t", 0)
 TP2 = TopicPartition("t", 2)
-MESSAGE_TOO_LARGE = 10
 CLUSTER = StaticCluster.uniform({"t": 3}, nodes=3)
 
 
@@ -48,12 +48,12 @@ async def test_close_returns_once_the_last_response_is_in(linger_ms: int) -> Non
 async def test_a_failed_stamped_batch_does_not_wedge_its_partition() -> None:
     fake = SequencedFakeKafka(CLUSTER)
     producer = make(fake, delivery_timeout_ms=10_000, request_timeout_ms=1000)
-    fake.script.append({TP0: MESSAGE_TOO_LARGE})  # one record: cannot split, fails for good
+    fake.script.append({TP0: Errors.MESSAGE_TOO_LARGE})  # one record: cannot split, fails for good
     async with producer:
         first = await producer.send("t", b"a", partition=0)
         with pytest.raises(BrokerError) as info:
             await first
-        assert info.value.errno == MESSAGE_TOO_LARGE
+        assert info.value.errno == Errors.MESSAGE_TOO_LARGE
         second = await producer.send("t", b"b", partition=0)
         metadata = await asyncio.wait_for(second, 5)
     assert metadata.offset == 0
@@ -64,7 +64,7 @@ async def test_a_failed_stamped_batch_does_not_wedge_its_partition() -> None:
 async def test_split_parts_keep_their_sequence_range_and_order() -> None:
     fake = SequencedFakeKafka(CLUSTER)
     producer = make(fake, retry_backoff_ms=100)
-    fake.script.append({TP0: MESSAGE_TOO_LARGE})
+    fake.script.append({TP0: Errors.MESSAGE_TOO_LARGE})
     async with producer:
         first = [await producer.send("t", b"a%d" % i, partition=0) for i in range(5)]
         await asyncio.sleep(0.01)  # refused and split; the parts wait out their backoff
@@ -80,7 +80,7 @@ async def test_split_parts_keep_their_sequence_range_and_order() -> None:
 async def test_flush_waits_for_the_parts_of_a_split_batch() -> None:
     fake = FakeKafka(CLUSTER)
     producer = make(fake, linger_ms=60_000)
-    fake.script.append({TP2: MESSAGE_TOO_LARGE})
+    fake.script.append({TP2: Errors.MESSAGE_TOO_LARGE})
     async with producer:
         futures = [await producer.send("t", b"r%d" % i, partition=2) for i in range(20)]
         await producer.flush()
@@ -126,7 +126,11 @@ async def test_expired_in_flight_batch_returns_its_buffer_on_forced_close() -> N
 async def test_close_timeout_holds_while_producer_id_is_unavailable() -> None:
     class NoProducerId(FakeKafka):
         async def init_producer_id(self) -> tuple[int, int]:
-            raise BrokerError("coordinator not available", errno=15, retriable=True)
+            raise BrokerError(
+                "coordinator not available",
+                errno=Errors.COORDINATOR_NOT_AVAILABLE,
+                retriable=True,
+            )
 
     producer = make(NoProducerId(CLUSTER))
     await producer.start()
@@ -141,7 +145,11 @@ async def test_close_timeout_holds_while_producer_id_is_unavailable() -> None:
 async def test_close_cleans_up_after_a_fatal_sender_error() -> None:
     class Unauthorized(FakeKafka):
         async def init_producer_id(self) -> tuple[int, int]:
-            raise BrokerError("cluster authorization failed", errno=31, retriable=False)
+            raise BrokerError(
+                "cluster authorization failed",
+                errno=Errors.CLUSTER_AUTHORIZATION_FAILED,
+                retriable=False,
+            )
 
     fake = Unauthorized(CLUSTER)
     producer = make(fake)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum._core.kafka_errors import Errors
 from aioaccum._kafka import PartitionResponse
 from aioaccum.producer import Producer
 
@@ -17,7 +18,6 @@ from .fake_kafka import SequencedFakeKafka
 pytestmark = pytest.mark.looptime
 
 TP0 = TopicPartition("t", 0)
-NOT_LEADER_OR_FOLLOWER = 6
 CLUSTER = StaticCluster.uniform({"t": 3}, nodes=3)
 
 
@@ -57,7 +57,7 @@ async def test_a_batch_overtaking_a_retried_one_is_retried_under_the_same_produc
         assert len(fake.held) == 2
         fake.hold = False
         # The leader moved: the earlier batch is refused, so the later one meets a gap.
-        fake.script.append({TP0: NOT_LEADER_OR_FOLLOWER})
+        fake.script.append({TP0: Errors.NOT_LEADER_OR_FOLLOWER})
         fake.held[0].set_result(None)
         await asyncio.sleep(0.001)
         fake.held[1].set_result(None)
