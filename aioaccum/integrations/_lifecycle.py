@@ -17,7 +17,7 @@ from aioaccum.config import ProducerConfig
 from aioaccum.errors import ConfigError, ProducerClosedError
 from aioaccum.producer import Producer
 
-__all__ = ["DEFAULT_CLOSE_TIMEOUT_S", "resolve_config", "shutdown_producer"]
+__all__ = ["DEFAULT_CLOSE_TIMEOUT_S", "resolve_config", "shutdown_producer", "start_producer"]
 
 log = logging.getLogger("aioaccum.integrations")
 
@@ -46,6 +46,18 @@ def resolve_config(
     if settings or bootstrap_servers is not None:
         raise ConfigError("pass either config= or bootstrap_servers and settings, not both")
     return config, kafka
+
+
+async def start_producer(config: ProducerConfig, kafka: KafkaAdapter | None) -> Producer:
+    """A started producer; one that failed to start is closed before the error goes up, so
+    no connection outlives the failed start-up."""
+    producer = Producer(config=config, kafka=kafka)
+    try:
+        await producer.start()
+    except BaseException:
+        await producer.close(0)
+        raise
+    return producer
 
 
 async def shutdown_producer(producer: Producer, close_timeout: float) -> int:

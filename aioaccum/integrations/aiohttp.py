@@ -28,6 +28,7 @@ from aioaccum.integrations._lifecycle import (
     DEFAULT_CLOSE_TIMEOUT_S,
     resolve_config,
     shutdown_producer,
+    start_producer,
 )
 from aioaccum.producer import Producer
 
@@ -60,12 +61,7 @@ def producer_context(
     config, kafka = resolve_config(bootstrap_servers, producer_settings)
 
     async def context(app: web.Application) -> AsyncIterator[None]:
-        producer = Producer(config=config, kafka=kafka)
-        try:
-            await producer.start()
-        except BaseException:
-            await producer.close(0)
-            raise
+        producer = await start_producer(config, kafka)
         app[key] = producer
         try:
             yield

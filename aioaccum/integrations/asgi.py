@@ -31,6 +31,7 @@ from aioaccum.integrations._lifecycle import (
     DEFAULT_CLOSE_TIMEOUT_S,
     resolve_config,
     shutdown_producer,
+    start_producer,
 )
 from aioaccum.producer import Producer
 
@@ -74,12 +75,7 @@ def producer_lifespan(
 
     @contextlib.asynccontextmanager
     async def run(app: AppT) -> AsyncIterator[dict[str, Any]]:
-        producer = Producer(config=config, kafka=kafka)
-        try:
-            await producer.start()
-        except BaseException:
-            await producer.close(0)
-            raise
+        producer = await start_producer(config, kafka)
         app_state = getattr(app, "state", None)
         try:
             if app_state is not None:
