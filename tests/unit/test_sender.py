@@ -203,3 +203,18 @@ async def test_keyed_records_follow_murmur2_and_keyless_stick() -> None:
         results = await asyncio.gather(*keyless)
     assert [m.partition for m in keyed] == [default_partition(b"key-%d" % i, 3) for i in range(30)]
     assert len({m.partition for m in results}) == 1  # a few small records stay on one partition
+
+
+async def test_pending_records_counts_what_a_flush_would_wait_for() -> None:
+    release: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    fake = FakeKafka(StaticCluster.uniform({"t": 3}, nodes=3), gate=lambda _request: release)
+    producer, _ = make(fake, linger_ms=0)
+    assert producer.pending_records() == 0  # not started
+    async with producer:
+        futures = [await producer.send("t", b"v", partition=p % 3) for p in range(7)]
+        await asyncio.sleep(0.01)
+        assert producer.pending_records() == 7  # in flight, held by the gate
+        release.set_result(None)
+        await asyncio.gather(*futures)
+        assert producer.pending_records() == 0
+    assert producer.pending_records() == 0
