@@ -19,7 +19,7 @@ from aioaccum.errors import (
     SerializationError,
 )
 from aioaccum.pool import BufferPool, PoolStats
-from aioaccum.producer import Producer
+from aioaccum.producer import Producer, ProducerState
 
 _speedups.check_compiled_sources()
 
@@ -38,6 +38,7 @@ __all__ = [
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",
+    "ProducerState",
     "ProducerTimeoutError",
     "RecordMetadata",
     "RecordTooLargeError",

@@ -50,7 +50,13 @@ from aioaccum.metrics import ProducerMetrics
 from aioaccum.pool import BufferPool
 from aioaccum.sender import Sender
 
-__all__ = ["FutureRecordMetadata", "Producer", "RecordMetadata", "ThreadRecordFuture"]
+__all__ = [
+    "FutureRecordMetadata",
+    "Producer",
+    "ProducerState",
+    "RecordMetadata",
+    "ThreadRecordFuture",
+]
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from aioaccum import BrokerError, DeliveryTimeoutError, ProducerClosedError
+from aioaccum import BrokerError, DeliveryTimeoutError, ProducerClosedError, ProducerState
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
+from aioaccum._core.lifecycle import IllegalStateTransition
 from aioaccum.producer import Producer
 
 from .fake_kafka import FakeKafka, Request
@@ -218,3 +219,22 @@ async def test_pending_records_counts_what_a_flush_would_wait_for() -> None:
         await asyncio.gather(*futures)
         assert producer.pending_records() == 0
     assert producer.pending_records() == 0
+
+
+def state_of(producer: Producer) -> ProducerState:
+    return producer.state  # read afresh: each step changes it
+
+
+async def test_producer_state_moves_new_running_closed() -> None:
+    producer, _ = make()
+    assert state_of(producer) is ProducerState.NEW
+    await producer.start()
+    assert state_of(producer) is ProducerState.RUNNING
+    assert "running" in repr(producer)
+    await producer.close()
+    assert state_of(producer) is ProducerState.CLOSED
+    await producer.close()  # a second close is allowed and does nothing
+    with pytest.raises(ProducerClosedError, match="create a new one"):
+        await producer.start()
+    with pytest.raises(IllegalStateTransition, match="from CLOSED to RUNNING"):
+        producer._move(ProducerState.RUNNING)  # the table refuses, whoever asks
