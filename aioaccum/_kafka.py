@@ -11,10 +11,12 @@ import asyncio
 import collections
 import contextlib
 import logging
+import socket
 import ssl
 import struct
 import time
-from collections.abc import Callable, Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -217,18 +219,72 @@ def _redact_sasl_logs() -> None:
         conn_logger.addFilter(_SASL_REDACTION)
 
 
+log = logging.getLogger(__name__)
+
+
+def _socket_buffers(config: ProducerConfig) -> list[tuple[int, int]]:
+    """(option, bytes) for Java's send.buffer.bytes and receive.buffer.bytes; None: OS default."""
+    sizes = (
+        (socket.SO_SNDBUF, config.send_buffer_bytes),
+        (socket.SO_RCVBUF, config.receive_buffer_bytes),
+    )
+    return [(option, size) for option, size in sizes if size is not None]
+
+
+class _SocketBufferClient(AIOKafkaClient):  # type: ignore[misc]  # aiokafka is untyped here
+    """aiokafka's client, with the socket buffer sizes set on every broker connection.
+
+    aiokafka opens its sockets itself and has no such settings, so the sizes are set when a
+    connection is first handed out, after its handshake; Java sets them before connect(). The
+    send buffer then works as in Java; the receive buffer bounds what the socket holds, but
+    the largest TCP window it may offer was settled at connect time (tcp(7)).
+    """
+
+    def __init__(self, buffers: Sequence[tuple[int, int]], **settings: Any) -> None:
+        super().__init__(**settings)
+        self._buffers = buffers
+        self._sized: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    # Every connection aiokafka sends on after its first bootstrap request comes from here,
+    # new or cached, whether for metadata or for produce requests.
+    async def _get_conn(self, node_id: Any, **kwargs: Any) -> Any:
+        conn = await super()._get_conn(node_id, **kwargs)
+        if conn is not None and conn not in self._sized:
+            self._sized.add(conn)
+            self._set_buffers(conn)
+        return conn
+
+    def _set_buffers(self, conn: Any) -> None:
+        writer = getattr(conn, "_writer", None)
+        sock = writer.get_extra_info("socket") if writer is not None else None
+        if sock is None:
+            return
+        try:
+            for option, size in self._buffers:
+                sock.setsockopt(socket.SOL_SOCKET, option, size)
+        except OSError as exc:
+            # Raising here would end aiokafka's metadata task, which calls this too; the
+            # connection still works with the OS's sizes.
+            log.warning("could not set the socket buffer sizes of %s: %s", conn, exc)
+
+
 class AioKafkaAdapter:
     """:class:`KafkaAdapter` on top of aiokafka's ``AIOKafkaClient``."""
 
-    def __init__(self, config: ProducerConfig) -> None:
+    def __init__(
+        self, config: ProducerConfig, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._config = config
+        self._clock = clock
         self._client: AIOKafkaClient | None = None
         self._node_partitions: dict[int, list[TopicPartition]] = {}
         self._metadata_version = 0
         self._node_partitions_version = -1
+        # Partitions per topic looked up since the last metadata update, which empties it.
         self._topic_partitions: dict[str, list[int]] = {}
-        self._tracked_topics: set[str] = set()
-        self._topic_partitions_version = -1
+        # Topic -> when it was last seen in use (Java's ProducerMetadata keeps the same map),
+        # for forgetting topics idle for metadata_max_idle_ms.
+        self._tracked_topics: dict[str, float] = {}
         # Leaders and available partitions, asked per partition on every sender turn and on
         # every sticky switch: answered from dicts until the next metadata update, so that no
         # Python-level call runs while the accumulator's lock is held.
@@ -257,14 +313,19 @@ class AioKafkaAdapter:
             security["sasl_mechanism"] = cfg.sasl_mechanism
             security["sasl_plain_username"] = cfg.sasl_plain_username
             security["sasl_plain_password"] = cfg.sasl_plain_password
-        client = AIOKafkaClient(
-            bootstrap_servers=cfg.bootstrap_servers,
-            client_id=cfg.client_id,
-            metadata_max_age_ms=cfg.metadata_max_age_ms,
-            request_timeout_ms=cfg.request_timeout_ms,
-            retry_backoff_ms=cfg.retry_backoff_ms,
-            connections_max_idle_ms=cfg.connections_max_idle_ms,
+        settings: dict[str, Any] = {
+            "bootstrap_servers": cfg.bootstrap_servers,
+            "client_id": cfg.client_id,
+            "metadata_max_age_ms": cfg.metadata_max_age_ms,
+            "request_timeout_ms": cfg.request_timeout_ms,
+            "retry_backoff_ms": cfg.retry_backoff_ms,
+            "connections_max_idle_ms": cfg.connections_max_idle_ms,
             **security,
+        }
+        buffers = _socket_buffers(cfg)
+        # Only then: the subclass adds a step to every request's connection lookup.
+        client = (
+            _SocketBufferClient(buffers, **settings) if buffers else AIOKafkaClient(**settings)
         )
         client.cluster.add_listener(self._on_metadata_update)
         try:
@@ -326,6 +387,35 @@ class AioKafkaAdapter:
 
     def _on_metadata_update(self, _cluster: object) -> None:
         self._metadata_version += 1
+        used, self._topic_partitions = self._topic_partitions, {}
+        self._forget_idle_topics(used)
+
+    def _forget_idle_topics(self, used: Iterable[str]) -> None:
+        """Java's ProducerMetadata.retainTopic: a topic not produced to for metadata_max_idle_ms
+        leaves the metadata requests (partitions_for_topic or wait_for_topic bring it back).
+
+        ``used``: the topics partitions_for_topic answered since the last update; that cache
+        doubles as the record of use, so the per-record path reads no clock.
+        """
+        tracked = self._tracked_topics
+        if not tracked:
+            return
+        now = self._clock()
+        # Copies before iterating: sends on other threads may add topics meanwhile.
+        for topic in list(used):
+            if topic in tracked:
+                tracked[topic] = now
+        by_last_use = sorted(tracked.items(), key=lambda item: item[1])
+        max_idle_ms = self._config.metadata_max_idle_ms
+        # The topic used last stays even when idle: aiokafka asks for every topic of the
+        # cluster when it tracks none, where Java asks for none.
+        idle = [t for t, seen in by_last_use[:-1] if (now - seen) * 1000 >= max_idle_ms]
+        if not idle:
+            return
+        for topic in idle:
+            del tracked[topic]
+        self.client.set_topics(list(tracked))
+        log.debug("metadata: forgot topics %s, not produced to for %d ms", idle, max_idle_ms)
 
     # --- cluster view
 
@@ -359,13 +449,9 @@ class AioKafkaAdapter:
 
     def partitions_for_topic(self, topic: str) -> Sequence[int] | None:
         # Called once per record: answer from a cache that lives until the next metadata update.
-        if self._topic_partitions_version == self._metadata_version:
-            cached = self._topic_partitions.get(topic)
-            if cached is not None:
-                return cached
-        else:
-            self._topic_partitions = {}
-            self._topic_partitions_version = self._metadata_version
+        cached = self._topic_partitions.get(topic)
+        if cached is not None:
+            return cached
         parts = self.client.cluster.partitions_for_topic(topic)
         if parts is None:
             # Not tracked yet: wait_for_topic does that once the producer checked the name, so
@@ -379,8 +465,8 @@ class AioKafkaAdapter:
         # aiokafka refreshes only the topics it was told about once any was added, so every
         # topic this producer writes to must be added, or a refresh would drop it.
         if topic not in self._tracked_topics:
-            self._tracked_topics.add(topic)
             self.client.add_topic(topic)
+        self._tracked_topics[topic] = self._clock()
 
     def available_partitions_for_topic(self, topic: str) -> Sequence[int]:
         self._leader_cache_current()
@@ -394,10 +480,10 @@ class AioKafkaAdapter:
         return sorted(b.nodeId for b in self.client.cluster.brokers())
 
     def request_metadata_update(self, topics: Sequence[str] = ()) -> None:
-        client = self.client
+        # As in Java's sender: a topic whose batches wait for a leader is in use.
         for topic in topics:
-            client.add_topic(topic)
-        client.force_metadata_update()
+            self._track(topic)
+        self.client.force_metadata_update()
 
     async def wait_for_topic(self, topic: str, timeout: float) -> Sequence[int]:
         """Partitions of ``topic``, fetching metadata until it is known or ``timeout`` passes."""
@@ -407,6 +493,9 @@ class AioKafkaAdapter:
             return sorted(parts)
         deadline = time.monotonic() + timeout
         self._track(topic)
+        # Even if tracked already: a send on another thread may have tracked it again just as
+        # it was forgotten, after which aiokafka would never ask for it.
+        client.add_topic(topic)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -5,6 +5,12 @@ dots turned into underscores (``linger.ms`` → ``linger_ms``) and defaults are 
 tuned Java producer carries over as it is: :meth:`ProducerConfig.from_properties` takes the dotted
 names and the string values of a ``.properties`` file.
 
+Each setting is written once, as a row of :data:`SETTINGS` in :mod:`aioaccum._settings`
+(Kafka's ``ConfigDef.define``): its names, type, default, limits and doc. The dataclass
+defaults, the parsing of property strings, the checks, the name tables, the suggestions for
+misspelt names and ``docs/configuration.md`` (``scripts/gen_config_docs.py``) all come from
+those rows.
+
 Two settings behave as in Java when they are left at their default: ``enable_idempotence`` is
 quietly turned off when ``acks`` is not ``all`` or ``retries`` is 0, and ``delivery_timeout_ms``
 is raised to ``linger_ms + request_timeout_ms`` when that sum is larger. Set explicitly, the same
@@ -20,26 +26,40 @@ It returns one of ``all_partitions``; ``key``/``value`` are the serialized bytes
 
 from __future__ import annotations
 
-import contextvars
-import dataclasses
 import difflib
 import logging
 import re
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from aioaccum._core.partitioner import Partitioner
+from aioaccum._settings import (
+    FIELDS,
+    INT_MAX,
+    JAVA_TO_PYTHON,
+    LEVEL_PROPERTIES,
+    LEVELS,
+    MAX_IN_FLIGHT_FOR_IDEMPOTENCE,
+    PYTHON_TO_JAVA,
+    ROWS,
+    SASL_MECHANISMS,
+    SETTINGS,
+    NoJavaName,
+    Setting,
+)
 from aioaccum.errors import ConfigError
 
 __all__ = [
     "JAVA_TO_PYTHON",
     "PYTHON_TO_JAVA",
+    "SETTINGS",
+    "NoJavaName",
     "Partitioner",
     "ProducerConfig",
     "Serializer",
+    "Setting",
 ]
 
 log = logging.getLogger(__name__)
@@ -47,19 +67,8 @@ log = logging.getLogger(__name__)
 Serializer: TypeAlias = Callable[[Any], bytes | None]
 """Turns a key or value into bytes; returning ``None`` sends a null key or value."""
 
-_INT_MAX = 2**31 - 1
-_LONG_MAX = 2**63 - 1
-_MAX_IN_FLIGHT_FOR_IDEMPOTENCE = 5
 
-COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-# Java's bounds per codec, and the extra value each accepts as "the codec's own default".
-_LEVELS: dict[str, tuple[int, int, int]] = {
-    "gzip": (1, 9, -1),
-    "lz4": (1, 17, 9),
-    "zstd": (-131072, 22, 3),
-}
+# --- the dataclass
 
 
 class _Default:
@@ -74,114 +83,90 @@ class _Default:
         return repr(self.value)
 
 
-def _d(value: object) -> Any:
-    # Every default is wrapped so that __post_init__ can tell what the user chose: Java
-    # resolves some conflicts differently for defaults (ProducerConfig.originals()).
-    return _Default(value)
+# Stands for "the row's default" in ProducerConfig's body, where mypy needs a default to see.
+_ROW_DEFAULT: Any = object()
+_C = TypeVar("_C", bound=type)
 
 
-_NONE: Any = _Default(None)
+def _defaults_from_rows(cls: _C) -> _C:
+    """Puts each row's default in ``cls`` (wrapped: Java resolves some conflicts differently
+    for defaults), after checking that ``cls`` declares the rows' fields, types and order."""
+    annotations = cls.__annotations__.items()
+    declared = [(n, t) for n, t in annotations if cls.__dict__.get(n) is _ROW_DEFAULT]
+    expected = [(row.name, row.kind.annotation) for row in SETTINGS]
+    if declared != expected:
+        diff = set(declared) ^ set(expected)
+        raise TypeError(f"{cls.__name__}'s fields and SETTINGS disagree: {sorted(diff)}")
+    for row in SETTINGS:
+        setattr(cls, row.name, _Default(row.default))
+    return cls
 
 
 @dataclass(frozen=True, repr=False)
+@_defaults_from_rows
 class ProducerConfig:
     """Every setting of the producer, validated, with Kafka 4.x defaults.
 
     Build one with keyword arguments (``ProducerConfig(linger_ms=10)``), :meth:`from_kwargs`
     (the same, with a suggestion for misspelt names) or :meth:`from_properties` (Java's dotted
     names and string values). Invalid settings raise :class:`~aioaccum.errors.ConfigError`.
-
-    Attributes:
-        bootstrap_servers: ``"host:port"`` strings; a comma-separated string is split. Stored
-            as a tuple.
-        client_id: Names this client in broker logs and quotas.
-        acks: Acknowledgements a write needs: ``"all"`` (or ``-1``), ``1`` or ``0``. Strings are
-            accepted; the stored value is the int ``-1``, ``0`` or ``1``.
-        enable_idempotence: Exactly-once, in-order writes per partition (needs ``acks="all"``).
-        retries: Retries of a failed batch; ``delivery_timeout_ms`` usually bounds them first.
-        batch_size: Bytes per batch, and the size of pooled buffers.
-        linger_ms: How long a batch waits for more records before it is sent.
-        buffer_memory: Total bytes of records waiting to be sent.
-        max_block_ms: How long ``send()`` may wait for buffer memory or metadata.
-        max_request_size: Largest produce request (and record) in bytes.
-        compression_type: ``none``, ``gzip``, ``snappy``, ``lz4`` or ``zstd``.
-        compression_level: Codec level (gzip 1..9, lz4 1..17, zstd -131072..22); ``None`` for
-            the codec's default.
-        retry_backoff_ms: First wait before a retry; it grows exponentially per attempt.
-        retry_backoff_max_ms: Cap of that wait (raised to ``retry_backoff_ms`` if lower, as
-            Java does).
-        request_timeout_ms: How long to wait for a broker's response.
-        delivery_timeout_ms: Bound on the time from ``send()`` to success or failure; at least
-            ``linger_ms + request_timeout_ms``.
-        max_in_flight_requests_per_connection: Unanswered produce requests per broker.
-        metadata_max_age_ms: Refresh metadata at least this often.
-        metadata_max_idle_ms: Forget a topic not produced to for this long.
-        connections_max_idle_ms: Close connections idle for this long.
-        send_buffer_bytes: Socket send buffer size; ``None`` (or ``-1``) for the OS default.
-        receive_buffer_bytes: Socket receive buffer size; ``None`` (or ``-1``) for the OS default.
-        partitioner: A custom partitioner (:data:`Partitioner`); ``None`` for Kafka's.
-        partitioner_ignore_keys: Spread keyed records like keyless ones, ignoring the key.
-        partitioner_adaptive_partitioning_enable: Send more to partitions that drain faster.
-        partitioner_availability_timeout_ms: Avoid partitions whose leader has not accepted a
-            request for this long (0: never).
-        key_serializer: Turns keys into bytes; ``None`` means keys are bytes already.
-        value_serializer: Turns values into bytes; ``None`` likewise.
-        security_protocol: ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or ``SASL_SSL``.
-        ssl_context: The ``ssl.SSLContext`` for ``SSL``/``SASL_SSL``; ``None`` leaves the choice
-            to the connection layer.
-        sasl_mechanism: ``PLAIN``, ``SCRAM-SHA-256`` or ``SCRAM-SHA-512``; SASL protocols only.
-        sasl_plain_username: The SASL user name.
-        sasl_plain_password: The SASL password; never shown by ``repr()`` nor in errors.
     """
 
-    bootstrap_servers: str | Sequence[str] = _d("127.0.0.1:9092")
-    client_id: str = _d("aioaccum")
-    acks: int = _d(-1)
-    enable_idempotence: bool = _d(True)
-    retries: int = _d(_INT_MAX)
-    batch_size: int = _d(16384)
-    linger_ms: int = _d(5)
-    buffer_memory: int = _d(33554432)
-    max_block_ms: int = _d(60000)
-    max_request_size: int = _d(1048576)
-    compression_type: str = _d("none")
-    compression_level: int | None = _NONE
-    retry_backoff_ms: int = _d(100)
-    retry_backoff_max_ms: int = _d(1000)
-    request_timeout_ms: int = _d(30000)
-    delivery_timeout_ms: int = _d(120000)
-    max_in_flight_requests_per_connection: int = _d(5)
-    metadata_max_age_ms: int = _d(300000)
-    metadata_max_idle_ms: int = _d(300000)
-    connections_max_idle_ms: int = _d(540000)
-    send_buffer_bytes: int | None = _NONE
-    receive_buffer_bytes: int | None = _NONE
-    partitioner: Partitioner | None = _NONE
-    partitioner_ignore_keys: bool = _d(False)
-    partitioner_adaptive_partitioning_enable: bool = _d(True)
-    partitioner_availability_timeout_ms: int = _d(0)
-    key_serializer: Serializer | None = _NONE
-    value_serializer: Serializer | None = _NONE
-    security_protocol: str = _d("PLAINTEXT")
-    ssl_context: ssl.SSLContext | None = _NONE
-    sasl_mechanism: str | None = _NONE
-    sasl_plain_username: str | None = _NONE
-    sasl_plain_password: str | None = field(default=_NONE, repr=False)
+    # Typed here for mypy and readers only: defaults, checks and docs come from SETTINGS, and
+    # the import fails if the two disagree.
+    bootstrap_servers: str | Sequence[str] = _ROW_DEFAULT
+    client_id: str = _ROW_DEFAULT
+    acks: int = _ROW_DEFAULT
+    enable_idempotence: bool = _ROW_DEFAULT
+    retries: int = _ROW_DEFAULT
+    batch_size: int = _ROW_DEFAULT
+    linger_ms: int = _ROW_DEFAULT
+    buffer_memory: int = _ROW_DEFAULT
+    max_block_ms: int = _ROW_DEFAULT
+    max_request_size: int = _ROW_DEFAULT
+    compression_type: str = _ROW_DEFAULT
+    compression_level: int | None = _ROW_DEFAULT
+    retry_backoff_ms: int = _ROW_DEFAULT
+    retry_backoff_max_ms: int = _ROW_DEFAULT
+    request_timeout_ms: int = _ROW_DEFAULT
+    delivery_timeout_ms: int = _ROW_DEFAULT
+    max_in_flight_requests_per_connection: int = _ROW_DEFAULT
+    metadata_max_age_ms: int = _ROW_DEFAULT
+    metadata_max_idle_ms: int = _ROW_DEFAULT
+    connections_max_idle_ms: int = _ROW_DEFAULT
+    send_buffer_bytes: int | None = _ROW_DEFAULT
+    receive_buffer_bytes: int | None = _ROW_DEFAULT
+    partitioner: Partitioner | None = _ROW_DEFAULT
+    partitioner_ignore_keys: bool = _ROW_DEFAULT
+    partitioner_adaptive_partitioning_enable: bool = _ROW_DEFAULT
+    partitioner_availability_timeout_ms: int = _ROW_DEFAULT
+    key_serializer: Serializer | None = _ROW_DEFAULT
+    value_serializer: Serializer | None = _ROW_DEFAULT
+    security_protocol: str = _ROW_DEFAULT
+    ssl_context: ssl.SSLContext | None = _ROW_DEFAULT
+    sasl_mechanism: str | None = _ROW_DEFAULT
+    sasl_plain_username: str | None = _ROW_DEFAULT
+    sasl_plain_password: str | None = _ROW_DEFAULT
     _explicit: frozenset[str] = field(
         default=frozenset(), init=False, repr=False, compare=False, hash=False
     )
 
     def __post_init__(self) -> None:
+        self._resolve({})
+
+    def _resolve(self, labels: Mapping[str, str]) -> None:
+        """Validates and normalises the fields in place; ``labels`` maps a field to the name
+        the user wrote for it, which the messages use."""
         values: dict[str, Any] = {}
         explicit: set[str] = set()
-        for name in _FIELDS:
-            value = getattr(self, name)
+        for row in SETTINGS:
+            value = getattr(self, row.name)
             if isinstance(value, _Default):
                 value = value.value
             else:
-                explicit.add(name)
-            values[name] = value
-        _Validator(_LABELS.get()).resolve(values, explicit)
+                explicit.add(row.name)
+            values[row.name] = row.kind.check(value, labels.get(row.name, row.name))
+        _Rules(labels).apply(values, explicit)
         for name, value in values.items():
             object.__setattr__(self, name, value)
         object.__setattr__(self, "_explicit", frozenset(explicit))
@@ -237,11 +222,12 @@ class ProducerConfig:
                 names the setting as written in ``properties``.
         """
         kwargs, labels = _convert_properties(properties)
-        token = _LABELS.set(labels)
-        try:
-            return cls(**kwargs)
-        finally:
-            _LABELS.reset(token)
+        # Not through __init__, which has no room for the labels the messages need.
+        config = cls.__new__(cls)
+        for row in SETTINGS:
+            object.__setattr__(config, row.name, kwargs.get(row.name, _Default(row.default)))
+        config._resolve(labels)
+        return config
 
     def replace(self, **changes: Any) -> ProducerConfig:
         """A copy with ``changes`` applied and validated.
@@ -266,12 +252,11 @@ class ProducerConfig:
         Raises:
             ConfigError: ``name`` is not a field, or has no single Java property.
         """
-        if name in PYTHON_TO_JAVA:
-            return PYTHON_TO_JAVA[name]
-        if name in _NO_JAVA_NAME:
-            raise ConfigError(f"{name} has no single Java property: {_NO_JAVA_NAME[name]}")
         _check_name(name)
-        raise ConfigError(f"{name} has no Java property")  # pragma: no cover
+        java = ROWS[name].java
+        if isinstance(java, NoJavaName):
+            raise ConfigError(f"{name} has no single Java property: {java.why}")
+        return java
 
     @property
     def explicit_settings(self) -> frozenset[str]:
@@ -280,50 +265,133 @@ class ProducerConfig:
 
     def __repr__(self) -> str:
         # Only what differs from the defaults, so the interesting part stays readable.
-        defaults = _defaults()
         shown = []
-        for name in _FIELDS:
-            value = getattr(self, name)
-            if name in _SECRETS:
+        for row in SETTINGS:
+            value = getattr(self, row.name)
+            if row.secret:
                 if value is not None:
-                    shown.append(f"{name}='***'")
-            elif value != defaults[name]:
-                shown.append(f"{name}={value!r}")
+                    shown.append(f"{row.name}='***'")
+            elif value != _DEFAULTS[row.name]:
+                shown.append(f"{row.name}={value!r}")
         return f"{type(self).__name__}({', '.join(shown)})"
 
 
-_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ProducerConfig) if f.init)
-_SECRETS = frozenset({"sasl_plain_password"})
+if ProducerConfig.__doc__ is not None:  # None under python -OO
+    ProducerConfig.__doc__ += "\n    Attributes:\n" + "".join(
+        f"        {row.name}: {row.doc}.\n" for row in SETTINGS
+    )
 
-PYTHON_TO_JAVA: Mapping[str, str] = {
-    name: name.replace("_", ".")
-    for name in _FIELDS
-    if name
-    not in {
-        "compression_level",
-        "partitioner",
-        "ssl_context",
-        "sasl_plain_username",
-        "sasl_plain_password",
-    }
-} | {"partitioner": "partitioner.class"}
-"""Field → Java property, for every field that has exactly one."""
 
-JAVA_TO_PYTHON: Mapping[str, str] = {java: py for py, java in PYTHON_TO_JAVA.items()} | {
-    "compression.gzip.level": "compression_level",
-    "compression.lz4.level": "compression_level",
-    "compression.zstd.level": "compression_level",
-    "sasl.jaas.config": "sasl_plain_username",
-}
-"""Java property → field (``sasl.jaas.config`` sets the password as well)."""
+# --- rules between settings
 
-_NO_JAVA_NAME = {
-    "compression_level": "Java has compression.gzip.level, compression.lz4.level and "
-    "compression.zstd.level",
-    "ssl_context": "Java configures TLS with ssl.* keystore properties",
-    "sasl_plain_username": "Java passes it inside sasl.jaas.config",
-    "sasl_plain_password": "Java passes it inside sasl.jaas.config",
-}
+
+class _Rules:
+    """Checks that span settings, after each value passed its own row's check."""
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        self._labels = labels
+
+    def name(self, field_name: str) -> str:
+        return self._labels.get(field_name, field_name)
+
+    def apply(self, v: dict[str, Any], explicit: set[str]) -> None:
+        self.compression_level(v["compression_type"], v["compression_level"])
+        self.security(v)
+        n = self.name
+        if v["batch_size"] > v["buffer_memory"]:
+            raise ConfigError(
+                f"{n('batch_size')}={v['batch_size']} is larger than "
+                f"{n('buffer_memory')}={v['buffer_memory']}, so no batch could ever be "
+                f"allocated; lower batch_size or raise buffer_memory"
+            )
+        if v["retry_backoff_ms"] > v["retry_backoff_max_ms"]:
+            v["retry_backoff_max_ms"] = v["retry_backoff_ms"]
+        floor = min(v["linger_ms"] + v["request_timeout_ms"], INT_MAX)
+        if v["delivery_timeout_ms"] < floor:
+            if "delivery_timeout_ms" in explicit:
+                raise ConfigError(
+                    f"{n('delivery_timeout_ms')}={v['delivery_timeout_ms']} must be >= "
+                    f"{n('linger_ms')} + {n('request_timeout_ms')} = {v['linger_ms']} + "
+                    f"{v['request_timeout_ms']} = {floor}; set delivery_timeout_ms to at least "
+                    f"{floor}, or lower linger_ms or request_timeout_ms"
+                )
+            v["delivery_timeout_ms"] = floor
+        if v["enable_idempotence"]:
+            self.idempotence(v, "enable_idempotence" in explicit)
+
+    def compression_level(self, codec: str, level: int | None) -> None:
+        if level is None:
+            return
+        if codec not in LEVELS:
+            raise ConfigError(
+                f"{self.name('compression_level')}={level} has no effect with "
+                f"compression_type={codec!r}; remove it, or use gzip, lz4 or zstd"
+            )
+        lo, hi, default = LEVELS[codec]
+        if not (lo <= level <= hi or level == default):
+            raise ConfigError(
+                f"{self.name('compression_level')} for {codec} must be between {lo} and {hi}, "
+                f"got {level}"
+            )
+
+    def security(self, v: dict[str, Any]) -> None:
+        n = self.name
+        protocol = v["security_protocol"]
+        if v["ssl_context"] is not None and "SSL" not in protocol:
+            raise ConfigError(
+                f"{n('ssl_context')} is only used with security_protocol SSL or SASL_SSL, not "
+                f"{protocol}; set security_protocol='SSL' or drop ssl_context"
+            )
+        mechanism = v["sasl_mechanism"]
+        has_credentials = v["sasl_plain_username"] is not None or (
+            v["sasl_plain_password"] is not None
+        )
+        if not protocol.startswith("SASL"):
+            if mechanism is not None or has_credentials:
+                raise ConfigError(
+                    f"SASL settings need security_protocol SASL_PLAINTEXT or SASL_SSL, but "
+                    f"{n('security_protocol')} is {protocol!r}"
+                )
+            return
+        if mechanism is None:
+            raise ConfigError(
+                f"security_protocol={protocol!r} needs {n('sasl_mechanism')}: one of "
+                f"{', '.join(SASL_MECHANISMS)}"
+            )
+        missing = [f for f in ("sasl_plain_username", "sasl_plain_password") if v[f] is None]
+        if missing:
+            raise ConfigError(
+                f"sasl_mechanism={mechanism!r} needs {' and '.join(map(n, missing))}"
+            )
+
+    def idempotence(self, v: dict[str, Any], chosen: bool) -> None:
+        n = self.name
+        conflicts = []
+        if v["acks"] != -1:
+            conflicts.append(f"{n('acks')}='all' (got {v['acks']})")
+        if v["retries"] == 0:
+            conflicts.append(f"{n('retries')} > 0 (got 0)")
+        if conflicts and chosen:
+            raise ConfigError(
+                f"{n('enable_idempotence')}=True requires {' and '.join(conflicts)}; fix that, "
+                f"or set enable_idempotence=False"
+            )
+        if conflicts:
+            # Java's rule: a default that cannot hold is dropped, not an error.
+            log.info("idempotence disabled: it requires %s", " and ".join(conflicts))
+            v["enable_idempotence"] = False
+            return
+        in_flight = v["max_in_flight_requests_per_connection"]
+        if in_flight > MAX_IN_FLIGHT_FOR_IDEMPOTENCE:
+            raise ConfigError(
+                f"{n('max_in_flight_requests_per_connection')}={in_flight} is more than "
+                f"{MAX_IN_FLIGHT_FOR_IDEMPOTENCE}, the most the idempotent producer keeps in "
+                f"order; set it to {MAX_IN_FLIGHT_FOR_IDEMPOTENCE} or less, or set "
+                f"enable_idempotence=False"
+            )
+
+
+# --- names: unknown, misspelt, unsupported
 
 _TRANSACTIONS = "transactions are not supported (the producer is idempotent, not transactional)"
 _CONNECTIONS = "connection set-up is left to the connection layer and not configurable"
@@ -363,7 +431,7 @@ _ALIASES = {"max_batch_size": "batch_size"}
 
 
 def _check_name(name: str, *, dotted: bool = False) -> None:
-    if name in _FIELDS:
+    if name in FIELDS:
         return
     if not dotted and name in JAVA_TO_PYTHON:
         raise ConfigError(
@@ -379,7 +447,7 @@ def _check_name(name: str, *, dotted: bool = False) -> None:
     match = _close_match(name)
     if match is not None:
         raise ConfigError(f"unknown setting {name!r}; did you mean {match!r}?")
-    raise ConfigError(f"unknown setting {name!r}; valid settings are {', '.join(_FIELDS)}")
+    raise ConfigError(f"unknown setting {name!r}; valid settings are {', '.join(FIELDS)}")
 
 
 _CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -391,252 +459,20 @@ def _close_match(name: str) -> str | None:
     # the Pythonic spelling first, so only real misspellings are left to the fuzzy match.
     norm = _CAMEL_HUMP.sub("_", name).lower().replace("-", "_").replace(".", "_")
     norm = norm.removesuffix("_config")
-    match = _ALIASES.get(norm) or (norm if norm in _FIELDS else None)
+    match = _ALIASES.get(norm) or (norm if norm in FIELDS else None)
     if match is None:
         # A truncated name ("max_in_flight") that starts exactly one setting.
-        longer = [f for f in _FIELDS if f.startswith(norm + "_")]
+        longer = [f for f in FIELDS if f.startswith(norm + "_")]
         match = longer[0] if len(longer) == 1 else None
     if match is None:
-        match = next(iter(difflib.get_close_matches(norm, _FIELDS, n=1, cutoff=0.6)), None)
+        match = next(iter(difflib.get_close_matches(norm, FIELDS, n=1, cutoff=0.6)), None)
     if match is not None and "." in name:
         return PYTHON_TO_JAVA.get(match, match)
     return match
 
 
-_INT_RANGES: dict[str, tuple[int, int]] = {
-    "retries": (0, _INT_MAX),
-    "batch_size": (0, _INT_MAX),
-    "linger_ms": (0, _LONG_MAX),
-    "buffer_memory": (1, _LONG_MAX),
-    "max_block_ms": (0, _LONG_MAX),
-    "max_request_size": (1, _INT_MAX),
-    "retry_backoff_ms": (0, _LONG_MAX),
-    "retry_backoff_max_ms": (0, _LONG_MAX),
-    "request_timeout_ms": (0, _INT_MAX),
-    "delivery_timeout_ms": (0, _INT_MAX),
-    "max_in_flight_requests_per_connection": (1, _INT_MAX),
-    "metadata_max_age_ms": (0, _LONG_MAX),
-    "metadata_max_idle_ms": (5000, _LONG_MAX),
-    "connections_max_idle_ms": (0, _LONG_MAX),
-    "partitioner_availability_timeout_ms": (0, _LONG_MAX),
-}
-_OPTIONAL_INTS = ("compression_level", "send_buffer_bytes", "receive_buffer_bytes")
-_BOOLS = (
-    "enable_idempotence",
-    "partitioner_ignore_keys",
-    "partitioner_adaptive_partitioning_enable",
-)
-_CALLABLES = ("partitioner", "key_serializer", "value_serializer")
+# --- Java properties
 
-
-class _Validator:
-    """Checks and normalises the raw field values; messages name settings as the user did."""
-
-    def __init__(self, labels: Mapping[str, str]) -> None:
-        self._labels = labels
-
-    def name(self, field_name: str) -> str:
-        return self._labels.get(field_name, field_name)
-
-    def int_in(self, name: str, value: object, lo: int, hi: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(
-                f"{self.name(name)} must be an int, got {value!r} ({type(value).__name__})"
-            )
-        if value < lo:
-            raise ConfigError(f"{self.name(name)} must be >= {lo}, got {value}")
-        if value > hi:
-            raise ConfigError(f"{self.name(name)} must be <= {hi}, got {value}")
-        return value
-
-    def choice(self, name: str, value: object, choices: Sequence[str], *, upper: bool) -> str:
-        if not isinstance(value, str):
-            raise ConfigError(
-                f"{self.name(name)} must be one of {', '.join(choices)}; got {value!r}"
-            )
-        norm = value.strip().upper() if upper else value.strip().lower()
-        if norm not in choices:
-            raise ConfigError(
-                f"{self.name(name)} must be one of {', '.join(choices)}; got {value!r}"
-            )
-        return norm
-
-    def resolve(self, v: dict[str, Any], explicit: set[str]) -> None:
-        v["bootstrap_servers"] = self.servers(v["bootstrap_servers"])
-        if not isinstance(v["client_id"], str):
-            raise ConfigError(f"{self.name('client_id')} must be a str, got {v['client_id']!r}")
-        v["acks"] = self.acks(v["acks"])
-        for name, (lo, hi) in _INT_RANGES.items():
-            v[name] = self.int_in(name, v[name], lo, hi)
-        for name in _BOOLS:
-            if not isinstance(v[name], bool):
-                raise ConfigError(f"{self.name(name)} must be True or False, got {v[name]!r}")
-        for name in _OPTIONAL_INTS:
-            if v[name] is not None:
-                self.int_in(name, v[name], -_LONG_MAX, _LONG_MAX)
-        for name in ("send_buffer_bytes", "receive_buffer_bytes"):
-            if v[name] == -1:
-                v[name] = None  # Java's "OS default"
-            elif v[name] is not None:
-                self.int_in(name, v[name], 1, _INT_MAX)
-        for name in _CALLABLES:
-            if v[name] is not None and not callable(v[name]):
-                raise ConfigError(f"{self.name(name)} must be a callable or None, got {v[name]!r}")
-        v["compression_type"] = self.choice(
-            "compression_type", v["compression_type"], COMPRESSION_TYPES, upper=False
-        )
-        self.compression_level(v["compression_type"], v["compression_level"])
-        self.security(v)
-        self.combinations(v, explicit)
-
-    def servers(self, value: object) -> tuple[str, ...]:
-        items: list[object]
-        if isinstance(value, str):
-            items = [s.strip() for s in value.split(",")]
-        elif isinstance(value, Sequence):
-            items = [s.strip() if isinstance(s, str) else s for s in value]
-        else:
-            items = [value]
-        bad = [s for s in items if not isinstance(s, str) or not s or any(c.isspace() for c in s)]
-        if not items or bad:
-            raise ConfigError(
-                f"{self.name('bootstrap_servers')} must be 'host:port' strings (or one "
-                f"comma-separated string), got {value!r}"
-            )
-        return tuple(str(s) for s in items)
-
-    def acks(self, value: object) -> int:
-        if isinstance(value, str) and value.strip().lower() == "all":
-            return -1
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value.strip())
-        if isinstance(value, int) and not isinstance(value, bool) and value in (-1, 0, 1):
-            return value
-        raise ConfigError(
-            f"{self.name('acks')} must be one of 'all', -1, 0, 1 (or those as strings), "
-            f"got {value!r}"
-        )
-
-    def compression_level(self, codec: str, level: int | None) -> None:
-        if level is None:
-            return
-        if codec not in _LEVELS:
-            raise ConfigError(
-                f"{self.name('compression_level')}={level} has no effect with "
-                f"compression_type={codec!r}; remove it, or use gzip, lz4 or zstd"
-            )
-        lo, hi, default = _LEVELS[codec]
-        if not (lo <= level <= hi or level == default):
-            raise ConfigError(
-                f"{self.name('compression_level')} for {codec} must be between {lo} and {hi}, "
-                f"got {level}"
-            )
-
-    def security(self, v: dict[str, Any]) -> None:
-        protocol = self.choice(
-            "security_protocol", v["security_protocol"], SECURITY_PROTOCOLS, upper=True
-        )
-        v["security_protocol"] = protocol
-        ctx = v["ssl_context"]
-        if ctx is not None:
-            if not isinstance(ctx, ssl.SSLContext):
-                raise ConfigError(
-                    f"{self.name('ssl_context')} must be an ssl.SSLContext, got {ctx!r}"
-                )
-            if "SSL" not in protocol:
-                raise ConfigError(
-                    f"{self.name('ssl_context')} is only used with security_protocol SSL or "
-                    f"SASL_SSL, not {protocol}; set security_protocol='SSL' or drop ssl_context"
-                )
-        for name in ("sasl_plain_username", "sasl_plain_password"):
-            if v[name] is not None and not isinstance(v[name], str):
-                raise ConfigError(
-                    f"{self.name(name)} must be a str or None, got a {type(v[name]).__name__}"
-                )
-        sasl = protocol.startswith("SASL")
-        mechanism = v["sasl_mechanism"]
-        if mechanism is not None:
-            mechanism = v["sasl_mechanism"] = self.choice(
-                "sasl_mechanism", mechanism, SASL_MECHANISMS, upper=True
-            )
-        has_credentials = v["sasl_plain_username"] is not None or (
-            v["sasl_plain_password"] is not None
-        )
-        if not sasl:
-            if mechanism is not None or has_credentials:
-                raise ConfigError(
-                    f"SASL settings need security_protocol SASL_PLAINTEXT or SASL_SSL, but "
-                    f"{self.name('security_protocol')} is {protocol!r}"
-                )
-            return
-        if mechanism is None:
-            raise ConfigError(
-                f"security_protocol={protocol!r} needs {self.name('sasl_mechanism')}: one of "
-                f"{', '.join(SASL_MECHANISMS)}"
-            )
-        missing = [n for n in ("sasl_plain_username", "sasl_plain_password") if v[n] is None]
-        if missing:
-            raise ConfigError(
-                f"sasl_mechanism={mechanism!r} needs {' and '.join(map(self.name, missing))}"
-            )
-
-    def combinations(self, v: dict[str, Any], explicit: set[str]) -> None:
-        n = self.name
-        if v["batch_size"] > v["buffer_memory"]:
-            raise ConfigError(
-                f"{n('batch_size')}={v['batch_size']} is larger than "
-                f"{n('buffer_memory')}={v['buffer_memory']}, so no batch could ever be "
-                f"allocated; lower batch_size or raise buffer_memory"
-            )
-        if v["retry_backoff_ms"] > v["retry_backoff_max_ms"]:
-            v["retry_backoff_max_ms"] = v["retry_backoff_ms"]
-        floor = min(v["linger_ms"] + v["request_timeout_ms"], _INT_MAX)
-        if v["delivery_timeout_ms"] < floor:
-            if "delivery_timeout_ms" in explicit:
-                raise ConfigError(
-                    f"{n('delivery_timeout_ms')}={v['delivery_timeout_ms']} must be >= "
-                    f"{n('linger_ms')} + {n('request_timeout_ms')} = {v['linger_ms']} + "
-                    f"{v['request_timeout_ms']} = {floor}; set delivery_timeout_ms to at least "
-                    f"{floor}, or lower linger_ms or request_timeout_ms"
-                )
-            v["delivery_timeout_ms"] = floor
-        if v["enable_idempotence"]:
-            self.idempotence(v, "enable_idempotence" in explicit)
-
-    def idempotence(self, v: dict[str, Any], chosen: bool) -> None:
-        n = self.name
-        conflicts = []
-        if v["acks"] != -1:
-            conflicts.append(f"{n('acks')}='all' (got {v['acks']})")
-        if v["retries"] == 0:
-            conflicts.append(f"{n('retries')} > 0 (got 0)")
-        if conflicts and chosen:
-            raise ConfigError(
-                f"{n('enable_idempotence')}=True requires {' and '.join(conflicts)}; fix that, "
-                f"or set enable_idempotence=False"
-            )
-        if conflicts:
-            # Java's rule: a default that cannot hold is dropped, not an error.
-            log.info("idempotence disabled: it requires %s", " and ".join(conflicts))
-            v["enable_idempotence"] = False
-            return
-        in_flight = v["max_in_flight_requests_per_connection"]
-        if in_flight > _MAX_IN_FLIGHT_FOR_IDEMPOTENCE:
-            raise ConfigError(
-                f"{n('max_in_flight_requests_per_connection')}={in_flight} is more than "
-                f"{_MAX_IN_FLIGHT_FOR_IDEMPOTENCE}, the most the idempotent producer keeps in "
-                f"order; set it to {_MAX_IN_FLIGHT_FOR_IDEMPOTENCE} or less, or set "
-                f"enable_idempotence=False"
-            )
-
-
-_LABELS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
-    "aioaccum_config_labels", default=MappingProxyType({})
-)
-
-_TRUE = frozenset({"true", "yes", "on", "1"})
-_FALSE = frozenset({"false", "no", "off", "0"})
-_LEVEL_KEY = re.compile(r"compression\.(gzip|lz4|zstd)\.level")
 _JAAS = re.compile(
     r"\s*(?P<module>[\w.$]+)\s+(?:required|requisite|sufficient|optional)(?P<options>[^;]*);?\s*",
     re.DOTALL,
@@ -644,30 +480,9 @@ _JAAS = re.compile(
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s";]+))')
 
 
-def _from_text(name: str, value: object, label: str) -> object:
-    """Turn a ``.properties`` string into the field's Python type; other values pass through."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if name in _INT_RANGES or name in _OPTIONAL_INTS:
-        try:
-            return int(text)
-        except ValueError:
-            raise ConfigError(f"{label} must be an integer, got {value!r}") from None
-    if name in _BOOLS:
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        raise ConfigError(f"{label} must be true or false, got {value!r}")
-    if name in _CALLABLES:
-        raise ConfigError(
-            f"{label}={value!r}: Java class names can't be loaded; pass a Python callable "
-            f"as {name} instead"
-        )
-    if name == "ssl_context":
-        raise ConfigError(f"{label} must be an ssl.SSLContext, not a string")
-    return value
+def _parse(name: str, value: object, label: str) -> object:
+    """A ``.properties`` string as the row's type; other values pass through to the checks."""
+    return ROWS[name].kind.parse(value, label, name) if isinstance(value, str) else value
 
 
 def _parse_jaas(value: object, label: str) -> tuple[str, str]:
@@ -758,9 +573,8 @@ def _convert_properties(
         if not isinstance(key, str):
             raise ConfigError(f"property names must be strings, got {key!r}")
         label = key.strip()
-        level = _LEVEL_KEY.fullmatch(label)
-        if level is not None:
-            levels[level[1]] = (label, value)
+        if label in LEVEL_PROPERTIES:
+            levels[LEVEL_PROPERTIES[label]] = (label, value)
         elif label in _SSL_PROPERTIES:
             ssl_props[label] = value
         elif label == "sasl.jaas.config":
@@ -768,26 +582,20 @@ def _convert_properties(
             put("sasl_plain_username", user, label)
             put("sasl_plain_password", password, label)
         else:
-            name = label if label in _FIELDS else JAVA_TO_PYTHON.get(label)
+            name = label if label in FIELDS else JAVA_TO_PYTHON.get(label)
             if name is None:
                 _check_name(label, dotted=True)
                 raise AssertionError(label)  # pragma: no cover  (_check_name raised)
-            put(name, _from_text(name, value, label), label)
+            put(name, _parse(name, value, label), label)
     if ssl_props:
         put("ssl_context", _ssl_context_from(ssl_props), min(ssl_props))
     codec = kwargs.get("compression_type", "none")
     codec = codec.strip().lower() if isinstance(codec, str) else codec
     if codec in levels and "compression_level" not in kwargs:
         label, value = levels[codec]
-        put("compression_level", _from_text("compression_level", value, label), label)
+        put("compression_level", _parse("compression_level", value, label), label)
     return kwargs, labels
 
 
-_DEFAULTS: dict[str, Any] = {}
-
-
-def _defaults() -> dict[str, Any]:
-    if not _DEFAULTS:
-        base = ProducerConfig()
-        _DEFAULTS.update({name: getattr(base, name) for name in _FIELDS})
-    return _DEFAULTS
+# Built once the rules exist: also proves at import that every row's default passes its checks.
+_DEFAULTS: Mapping[str, Any] = {name: getattr(ProducerConfig(), name) for name in FIELDS}

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from aioaccum.config import JAVA_TO_PYTHON, PYTHON_TO_JAVA, ProducerConfig
+from aioaccum import config as config_module
+from aioaccum.config import JAVA_TO_PYTHON, PYTHON_TO_JAVA, SETTINGS, NoJavaName, ProducerConfig
 from aioaccum.errors import ConfigError
 
 # Kafka 4.x ProducerConfig defaults, by Java name.
@@ -111,6 +112,63 @@ def test_config_is_frozen_hashable_and_compared_by_value() -> None:
     assert cfg == ProducerConfig(linger_ms=10, enable_idempotence=True)
     assert hash(cfg) == hash(ProducerConfig(linger_ms=10))
     assert cfg != ProducerConfig()
+
+
+# -- the rows ---------------------------------------------------------------------------------
+
+
+def test_fields_are_the_rows_in_order_with_the_rows_defaults() -> None:
+    fields = [f for f in dataclasses.fields(ProducerConfig) if f.init]
+    assert [f.name for f in fields] == [row.name for row in SETTINGS]
+    signature = inspect.signature(ProducerConfig).parameters
+    assert [signature[row.name].default.value for row in SETTINGS] == [
+        row.default for row in SETTINGS
+    ]
+
+
+def test_a_class_body_that_disagrees_with_the_rows_fails_at_import() -> None:
+    class Missing:
+        linger_ms: int = config_module._ROW_DEFAULT
+
+    with pytest.raises(TypeError, match=r"fields and SETTINGS disagree: .*bootstrap_servers"):
+        config_module._defaults_from_rows(Missing)
+
+    # Every field, but one with another type.
+    annotations = {row.name: row.kind.annotation for row in SETTINGS} | {"linger_ms": "float"}
+    namespace = dict.fromkeys(annotations, config_module._ROW_DEFAULT)
+    wrong_type = type("WrongType", (), {**namespace, "__annotations__": annotations})
+    with pytest.raises(TypeError, match=r"\('linger_ms', 'float'\)"):
+        config_module._defaults_from_rows(wrong_type)
+
+
+def test_java_names_are_the_python_names_with_dots() -> None:
+    for row in SETTINGS:
+        if isinstance(row.java, str) and row.name != "partitioner":
+            assert row.java == row.name.replace("_", ".")
+
+
+def test_every_row_says_why_it_has_no_java_name() -> None:
+    for row in SETTINGS:
+        if isinstance(row.java, NoJavaName):
+            with pytest.raises(ConfigError, match=f"^{row.name} has no single Java property: "):
+                ProducerConfig.java_name(row.name)
+            assert row.name not in PYTHON_TO_JAVA
+    assert JAVA_TO_PYTHON["sasl.jaas.config"] == "sasl_plain_username"
+    assert JAVA_TO_PYTHON["compression.zstd.level"] == "compression_level"
+
+
+def test_the_docstring_lists_every_setting_with_its_doc() -> None:
+    doc = ProducerConfig.__doc__ or ""
+    for row in SETTINGS:
+        assert f"        {row.name}: {row.doc}." in doc
+
+
+def test_labels_belong_to_one_call() -> None:
+    # from_properties names settings as written; nothing of that outlives the call.
+    assert property_error({"batch.size": "-5"}) == "batch.size must be >= 0, got -5"
+    assert error_of(batch_size=-5) == "batch_size must be >= 0, got -5"
+    with pytest.raises(ConfigError, match=r"^batch_size must be >= 0"):
+        ProducerConfig(batch_size=-5)
 
 
 # -- from_properties --------------------------------------------------------------------------

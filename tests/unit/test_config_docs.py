@@ -1,0 +1,35 @@
+"""docs/configuration.md is what scripts/gen_config_docs.py makes of the settings' rows."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+from aioaccum.config import SETTINGS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gen_config_docs", REPO / "scripts" / "gen_config_docs.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_page_is_what_the_generator_writes() -> None:
+    page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert page == generator().render(), (
+        "docs/configuration.md is out of date: run .venv/bin/python scripts/gen_config_docs.py"
+    )
+
+
+def test_page_has_a_line_per_setting_in_order() -> None:
+    page: str = generator().render()
+    names = [line.split("|")[1].strip(" `") for line in page.splitlines()[-len(SETTINGS) :]]
+    assert names == [row.name for row in SETTINGS]
