@@ -34,6 +34,7 @@ from aiokafka.protocol.produce import (
 from aiokafka.protocol.transaction import InitProducerIdRequest
 from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
+from aioaccum._core import kafka_errors
 from aioaccum._core.cluster import TopicPartition
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
@@ -93,16 +94,27 @@ class KafkaAdapter(Protocol):
 
 
 def broker_error_for_code(code: int, message: str | None = None) -> BrokerError:
-    """A typed error for a Kafka error code, with aiokafka's retriable flag."""
+    """A typed error for a Kafka error code.
+
+    A code named in :class:`~aioaccum._core.kafka_errors.Errors` takes its flags from the
+    sender's table (:data:`~aioaccum._core.kafka_errors.RULES`), so the error a user reads and
+    what the sender did about it agree; any other code takes aiokafka's.
+    """
     cls = kerr.for_code(code)
     text = f"{cls.__name__} (error code {code})"
     if message:
         text = f"{text}: {message}"
+    retriable = kafka_errors.retriable(code)
+    if retriable is None:
+        return BrokerError(
+            text,
+            errno=code,
+            retriable=bool(cls.retriable),
+            invalid_metadata=bool(getattr(cls, "invalid_metadata", False)),
+        )
+    rule = kafka_errors.RULES[kafka_errors.Errors(code)]
     return BrokerError(
-        text,
-        errno=code,
-        retriable=bool(cls.retriable),
-        invalid_metadata=bool(getattr(cls, "invalid_metadata", False)),
+        text, errno=code, retriable=retriable, invalid_metadata=rule.refresh_metadata
     )
 
 
@@ -475,9 +487,6 @@ class AioKafkaAdapter:
             parts = self.client.cluster.available_partitions_for_topic(topic)
             cached = self._available[topic] = sorted(parts) if parts else []
         return cached
-
-    def nodes(self) -> list[int]:
-        return sorted(b.nodeId for b in self.client.cluster.brokers())
 
     def request_metadata_update(self, topics: Sequence[str] = ()) -> None:
         # As in Java's sender: a topic whose batches wait for a leader is in use.

@@ -161,7 +161,8 @@ _NAMED = frozenset(int(code) for code in Errors)
 
 
 def retriable(code: int) -> bool | None:
-    """Whether a named code is worth a retry; ``None`` for a code this table does not name."""
+    """Whether sending the same batch again may succeed after this code (the ``retriable`` of
+    the error users see); ``None`` for a code this table does not name."""
     if code not in _NAMED:
         return None
-    return RULES[Errors(code)].decision is not Decision.FAIL
+    return RULES[Errors(code)].decision in (Decision.RETRY, Decision.BUMP_EPOCH)

@@ -11,6 +11,7 @@ from aioaccum import BrokerError, DeliveryTimeoutError, ProducerClosedError, Pro
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
 from aioaccum._core.lifecycle import IllegalStateTransition
+from aioaccum._kafka import broker_error_for_code
 from aioaccum.producer import Producer
 
 from .fake_kafka import FakeKafka, Request
@@ -238,3 +239,15 @@ async def test_producer_state_moves_new_running_closed() -> None:
         await producer.start()
     with pytest.raises(IllegalStateTransition, match="from CLOSED to RUNNING"):
         producer._move(ProducerState.RUNNING)  # the table refuses, whoever asks
+
+
+def test_broker_errors_carry_the_flags_of_the_senders_table() -> None:
+    moved = broker_error_for_code(Errors.NOT_LEADER_OR_FOLLOWER)
+    assert moved.retriable
+    assert moved.invalid_metadata
+    assert "NOT_LEADER" in str(moved) or "NotLeader" in str(moved)
+    assert not broker_error_for_code(Errors.MESSAGE_TOO_LARGE).retriable  # split, not resent
+    assert broker_error_for_code(Errors.CORRUPT_MESSAGE).retriable  # Java retries it too
+    unknown = broker_error_for_code(9999, "from the future")
+    assert not unknown.retriable
+    assert str(unknown) == "UnknownError (error code 9999): from the future"
