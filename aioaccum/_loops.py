@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-__all__ = ["LoopFactory", "default_loop_factory", "describe_loop"]
+__all__ = ["LOOP_GRACE_S", "LoopFactory", "default_loop_factory", "describe_loop"]
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+LOOP_GRACE_S = 5.0
+"""Seconds a thread waits beyond the time it gave, for the loop thread to answer at all."""
 
 
 def default_loop_factory() -> LoopFactory:

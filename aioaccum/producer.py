@@ -32,6 +32,7 @@ from aioaccum._core.records import (
 )
 from aioaccum._core.sender_core import SenderCore
 from aioaccum._kafka import AioKafkaAdapter, KafkaAdapter
+from aioaccum._loops import LOOP_GRACE_S
 from aioaccum._many import ManyResult
 from aioaccum._validate import (
     as_bytes,
@@ -63,8 +64,6 @@ log = logging.getLogger(__name__)
 _NO_HEADERS: list[tuple[str, bytes | None]] = []
 _RECORD_BOUND = RECORD_BATCH_OVERHEAD + MAX_RECORD_OVERHEAD + 10
 _MAX_TIMESTAMP = 2**63 - 1  # the batch header's int64
-# Seconds a thread waits beyond max_block_ms for the loop thread to answer at all.
-_LOOP_GRACE_S = 5.0
 # Set in the context of the sender task (and the tasks it starts) to the producer it serves.
 _SENDER_OF: contextvars.ContextVar[Producer | None] = contextvars.ContextVar(
     "aioaccum_sender_of", default=None
@@ -453,10 +452,10 @@ class Producer:
 
         loop.call_soon_threadsafe(enable)
         try:
-            enabled.result(_LOOP_GRACE_S)
+            enabled.result(LOOP_GRACE_S)
         except concurrent.futures.TimeoutError:
             raise ProducerTimeoutError(
-                f"the producer's event loop did not answer within {_LOOP_GRACE_S} s; is it "
+                f"the producer's event loop did not answer within {LOOP_GRACE_S} s; is it "
                 "running, and not blocked?"
             ) from None
 
@@ -475,7 +474,7 @@ class Producer:
         waiting = asyncio.run_coroutine_threadsafe(self._wait_for_topic(kafka, topic), loop)
         try:
             # The wait bounds itself by max_block_ms; the margin is for a loop slow to answer.
-            return waiting.result(self._max_block_ms / 1000 + _LOOP_GRACE_S)
+            return waiting.result(self._max_block_ms / 1000 + LOOP_GRACE_S)
         except concurrent.futures.TimeoutError:
             if waiting.done():
                 raise  # the wait's own timeout (ProducerTimeoutError is a TimeoutError)

@@ -32,15 +32,13 @@ from typing import Any, Self
 from aioaccum._core.futures import RecordMetadata, ThreadRecordFuture
 from aioaccum._core.lifecycle import move
 from aioaccum._kafka import KafkaAdapter
-from aioaccum._loops import default_loop_factory
+from aioaccum._loops import LOOP_GRACE_S, default_loop_factory
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import ProducerClosedError, ProducerTimeoutError
 from aioaccum.producer import Producer
 
 __all__ = ["SyncProducer"]
 
-# Seconds a caller waits beyond a timeout it gave, for the loop thread to answer at all.
-_GRACE_S = 5.0
 
 Headers = Sequence[tuple[str, bytes | None]]
 
@@ -219,7 +217,7 @@ class SyncProducer:
         started = time.monotonic()
         flushing = asyncio.run_coroutine_threadsafe(self._producer.flush(timeout), loop)
         try:
-            flushing.result(None if timeout is None else timeout + _GRACE_S)
+            flushing.result(None if timeout is None else timeout + LOOP_GRACE_S)
         except concurrent.futures.TimeoutError:  # the flush's own timeout, or no answer at all
             flushing.cancel()
             raise ProducerTimeoutError(
@@ -258,7 +256,7 @@ class SyncProducer:
         async def read() -> dict[str, float]:
             return self._producer.metrics()
 
-        return asyncio.run_coroutine_threadsafe(read(), loop).result(_GRACE_S)
+        return asyncio.run_coroutine_threadsafe(read(), loop).result(LOOP_GRACE_S)
 
     @property
     def config(self) -> ProducerConfig:
