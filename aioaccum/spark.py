@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from aioaccum._spark_rows import (
     RESULT_DDL,
@@ -42,7 +42,7 @@ from aioaccum.config import ProducerConfig
 from aioaccum.errors import AioAccumError, ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Generator, Iterable, Iterator
 
     import pyarrow as pa  # type: ignore[import-untyped,import-not-found,unused-ignore]
     from pyspark.sql import Column, DataFrame
@@ -156,7 +156,7 @@ def write_dataframe(
             header name to column name or Column expression.
         bootstrap_servers: The Kafka cluster.
         mode: ``"driver"``: one producer in the driver; ``"executors"``: one per Spark task.
-        progress: Show progress on stderr (tqdm when installed).
+        progress: Show a progress bar (tqdm, from the ``spark`` extra) on stderr.
         on_error: ``"raise"``: stop at the first failed record, deliver what is buffered, then
             raise :class:`SparkWriteError`; ``"collect"``: count failures and go on. An error
             that no later record could escape (the topic's metadata never arrived, memory
@@ -275,12 +275,19 @@ def _write_from_driver(
     show: bool,
 ) -> Tally:
     packed = projected.mapInArrow(make_packer(_CHUNK_BYTES), _PACKED_DDL)
-    bar = _Progress(show, "aioaccum driver")
-    if show:
-        bar.set_total(packed.rdd.getNumPartitions())
+    total = packed.rdd.getNumPartitions() if show else 0
+    bar = _Progress(show, "aioaccum driver", "partitions", total)
     tally = Tally(on_error)
-    rows = _LocalRows(packed)
-    chunks = (unpack(row[2], header_names, row[0]) for row in rows)
+
+    # Only this generator holds pyspark's iterator: closing it drops the iterator, and pyspark
+    # (4.2 and later) then reads the partition in flight to its end, tells Spark to stop and
+    # closes its socket, rather than leaving that to the garbage collector. A generator, not a
+    # generator expression, so that Spark starts no job before the producer is up.
+    def pull() -> Generator[Chunk]:
+        for row in packed.toLocalIterator(prefetchPartitions=True):
+            yield unpack(row[2], header_names, row[0])
+
+    chunks = pull()
 
     def on_chunk(chunk: Chunk) -> None:
         # Spark hands partitions over in order: those before this chunk's are complete.
@@ -294,85 +301,8 @@ def _write_from_driver(
         completed = not tally.stop
     finally:
         chunks.close()
-        rows.close()
-        bar.finish(bar._total if completed else None)
+        bar.finish(total if completed else None)
     return tally
-
-
-class _LocalRows:
-    """``DataFrame.toLocalIterator(prefetchPartitions=True)``, with a socket that gets closed.
-
-    Spark runs one job per partition (and the next one ahead) and streams each partition's rows
-    over a local socket. pyspark's own iterator leaves that socket to the garbage collector;
-    this one closes it in :meth:`close`, after telling Spark to stop if rows remain.
-    """
-
-    def __init__(self, df: DataFrame) -> None:
-        import importlib
-
-        from pyspark.util import local_connect_and_auth
-
-        # Untyped helpers of pyspark's, kept behind Any.
-        self._wire: Any = importlib.import_module("pyspark.serializers")
-        port, secret, self._server = df._jdf.toPythonIterator(True)
-        self._file, self._sock = local_connect_and_auth(port, secret)
-        self._sock.settimeout(None)  # a partition may take any time to compute
-        self._serializer = self._wire.BatchedSerializer(self._wire.CPickleSerializer())
-        self._current: Iterator[Any] = iter(())
-        self._more = True
-        self._closed = False
-
-    def __iter__(self) -> Iterator[Any]:
-        wire = self._wire
-        while self._more and not self._closed:
-            wire.write_int(1, self._file)  # ask for the next partition
-            self._file.flush()
-            status = wire.read_int(self._file)
-            if status == 1:
-                # Not `yield from`: closing this generator must leave the partition's stream
-                # readable, so that close() can drain it.
-                self._current = self._serializer.load_stream(self._file)
-                for row in self._current:  # noqa: UP028
-                    yield row
-            else:
-                self._more = False
-                if status == -1:
-                    self._server.getResult()  # raises the job's error
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._more:
-                for _ in self._current:  # Spark sends the whole partition; read it to the end
-                    pass
-                self._wire.write_int(0, self._file)  # no more partitions
-                self._file.flush()
-        except OSError:
-            pass  # Spark already went away; nothing left to tell it
-        finally:
-            self._file.close()
-            self._sock.close()
-
-
-def _collect(df: DataFrame) -> list[Any]:
-    """``df.collect()``, closing the socket that pyspark would leave to the garbage collector."""
-    import importlib
-
-    from pyspark.util import local_connect_and_auth
-
-    wire: Any = importlib.import_module("pyspark.serializers")
-    port, secret, server = df._jdf.collectToPython()
-    sockfile, sock = local_connect_and_auth(port, secret)
-    try:
-        sock.settimeout(None)
-        rows = list(wire.BatchedSerializer(wire.CPickleSerializer()).load_stream(sockfile))
-    finally:
-        sockfile.close()
-        sock.close()
-    server.getResult()  # raises the job's error, if it failed
-    return rows
 
 
 def _write_from_executors(
@@ -398,7 +328,8 @@ def _write_from_executors(
     sc.setLocalProperty("spark.jobGroup.id", group)
     watcher = _TaskWatcher(sc, group, show)
     try:
-        results = _collect(counted)
+        # One small row per task, so collecting them all is safe whatever the DataFrame's size.
+        results = counted.collect()
     finally:
         sc.setLocalProperty("spark.jobGroup.id", previous)  # type: ignore[arg-type]
         watcher.stop()
@@ -420,101 +351,71 @@ def _write_from_executors(
 
 
 class _Progress:
-    """Partitions (or tasks) done out of a total, records, MB and rate, on stderr.
+    """A tqdm bar on stderr: partitions (or tasks) done out of a total, then records, MB and
+    records/s. Disabled, it draws nothing and tqdm is not imported."""
 
-    Uses tqdm when it is installed, else rewrites one line (or, when stderr is not a terminal,
-    writes a line every few seconds).
-    """
-
-    def __init__(
-        self, enabled: bool, label: str, unit: str = "partitions", *, counts: bool = True
-    ) -> None:
-        self._enabled = enabled
-        self._counts = counts  # False: records are known only at the end
-        self._width = 0
-        self._label = label
-        self._unit = unit
-        self._total = 0
+    def __init__(self, enabled: bool, label: str, unit: str, total: int | None = None) -> None:
         self._started = time.monotonic()
-        self._last_draw = 0.0
-        self._done = 0
         self._records = 0
         self._bytes = 0
-        self._stream: TextIO = sys.stderr
-        self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
         self._bar: Any = None
         if not enabled:
             return
         try:
             from tqdm import tqdm  # type: ignore[import-untyped,import-not-found,unused-ignore]
-        except ImportError:
-            return
-        self._bar = tqdm(desc=label, unit=f" {unit}", file=self._stream, dynamic_ncols=True)
+        except ImportError as exc:
+            raise ImportError(
+                "progress=True draws its bar with tqdm: install aioaccum[spark], or pass "
+                "progress=False"
+            ) from exc
+        # Where stderr is a log rather than a terminal, fewer redraws keep the log short.
+        tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+        self._bar = tqdm(
+            desc=label,
+            total=total or None,
+            unit=f" {unit}",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            mininterval=_PROGRESS_EVERY_S if tty else 5.0,
+        )
 
     def set_total(self, total: int) -> None:
-        if total != self._total:
-            self._total = total
-            if self._bar is not None:
-                self._bar.total = total
+        if self._bar is not None and total != self._bar.total:
+            self._bar.total = total
+            self._bar.refresh()
 
-    def update(self, done: int | None = None, records: int = 0, nbytes: int = 0) -> None:
-        """``records`` and ``nbytes`` more were sent; ``done`` partitions are complete."""
+    def update(self, done: int, records: int = 0, nbytes: int = 0, *, counts: bool = True) -> None:
+        """``records`` and ``nbytes`` more were sent; ``done`` partitions are complete.
+
+        ``counts=False`` while records are known only at the end: none are shown yet.
+        """
         self._records += records
         self._bytes += nbytes
-        if not self._enabled:
+        bar = self._bar
+        if bar is None:
             return
-        step = 0 if done is None or done <= self._done else done - self._done
-        self._done += step
-        now = time.monotonic()
-        interval = _PROGRESS_EVERY_S if self._tty or self._bar is not None else 5.0
-        if now - self._last_draw >= interval:
-            self._last_draw = now
-            self._draw(step)
-        elif self._bar is not None and step:
-            self._bar.update(step)
-
-    def _draw(self, step: int) -> None:
-        elapsed = max(time.monotonic() - self._started, 1e-9)
-        summary = (
-            f"{self._records:,} records, {self._bytes / 1e6:.1f} MB, "
-            f"{self._records / elapsed:,.0f} rec/s"
-            if self._counts
-            else ""
-        )
-        if self._bar is not None:
-            if summary:
-                self._bar.set_postfix_str(summary, refresh=False)
-            self._bar.update(step)
-            self._bar.refresh()
-            return
-        of = f"/{self._total}" if self._total else ""
-        line = f"{self._label}: {self._done}{of} {self._unit}" + (f", {summary}" if summary else "")
-        if self._tty:
-            # Pad over what a longer previous line left behind.
-            self._stream.write("\r" + line.ljust(self._width))
-            self._width = len(line)
-        else:
-            self._stream.write(line + "\n")
-        self._stream.flush()
+        if counts:
+            elapsed = max(time.monotonic() - self._started, 1e-9)
+            bar.set_postfix_str(
+                f"{self._records:,} records, {self._bytes / 1e6:.1f} MB, "
+                f"{self._records / elapsed:,.0f} rec/s",
+                refresh=False,
+            )
+        bar.update(max(done - bar.n, 0))  # tqdm redraws at most every mininterval
 
     def finish(
         self, done: int | None, records: int | None = None, nbytes: int | None = None
     ) -> None:
-        """Draw the final state and end the bar."""
-        if not self._enabled:
+        """End the bar with its final state (``done=None``: as far as it got) and the counts."""
+        bar = self._bar
+        if bar is None:
             return
         if records is not None:
             self._records = records
-            self._counts = True
         if nbytes is not None:
             self._bytes = nbytes
-        self._last_draw = 0.0
-        self.update(done)
-        if self._bar is not None:
-            self._bar.close()
-        elif self._tty:
-            self._stream.write("\n")
-            self._stream.flush()
+        self.update(bar.n if done is None else done)
+        bar.close()  # draws the bar once more and leaves it on screen
 
 
 class _TaskWatcher:
@@ -523,7 +424,7 @@ class _TaskWatcher:
     def __init__(self, sc: Any, group: str, enabled: bool) -> None:
         self._sc = sc
         self._group = group
-        self._bar = _Progress(enabled, "aioaccum executors", unit="tasks", counts=False)
+        self._bar = _Progress(enabled, "aioaccum executors", "tasks")
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         if enabled:
@@ -548,7 +449,7 @@ class _TaskWatcher:
         while not self._stopping.wait(_PROGRESS_EVERY_S):
             done, total = self._poll()
             self._bar.set_total(total)
-            self._bar.update(done)
+            self._bar.update(done, counts=False)
 
     def stop(self) -> None:
         self._stopping.set()

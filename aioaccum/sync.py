@@ -39,7 +39,6 @@ from aioaccum.producer import Producer
 
 __all__ = ["SyncProducer"]
 
-
 Headers = Sequence[tuple[str, bytes | None]]
 
 

@@ -9,6 +9,9 @@ cdef class RecordAccumulator:
     cdef public object _pool
     cdef public BuiltInPartitioner _partitioner
     cdef public bint _adaptive
+    cdef public double _availability_timeout
+    cdef public dict _node_ready_at
+    cdef public dict _node_drained_at
     cdef public object _custom
     cdef public bint _ignore_keys
     cdef public object _loop

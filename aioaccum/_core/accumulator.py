@@ -140,6 +140,9 @@ class RecordAccumulator:
         loop: Where record futures report their outcome (``call_soon``); the accumulator only
             hands it to each batch. ``None`` runs callbacks inline (loop-free tests).
         clock: The time of a new batch when ``append`` is not told it (the loop's clock).
+        availability_timeout: With adaptive partitioning, keyless records avoid the partitions
+            of a node that has had data ready but was not drained for longer than this, in
+            seconds (``partitioner_availability_timeout_ms``); 0 never avoids any.
     """
 
     def __init__(
@@ -157,6 +160,7 @@ class RecordAccumulator:
         ignore_keys: bool = False,
         loop: CallbackLoop | None = None,
         clock: Callable[[], float] = time.monotonic,
+        availability_timeout: float = 0.0,
     ) -> None:
         self._pool = pool
         self._clock = clock
@@ -166,7 +170,14 @@ class RecordAccumulator:
         self._acquire = self._lock.acquire
         self._release = self._lock.release
         self._partitioner = partitioner or BuiltInPartitioner(batch_size)
-        self._adaptive = self._partitioner.adaptive
+        # A custom partitioner decides every keyless record itself, so loads would go unread
+        # (Kafka turns adaptive partitioning off with one too).
+        self._adaptive = self._partitioner.adaptive and custom_partitioner is None
+        self._availability_timeout = availability_timeout if self._adaptive else 0.0
+        # Per node, when ready() last found data for it and when drain() last took from it
+        # (Kafka's NodeLatencyStats): kept only while the availability timeout is on.
+        self._node_ready_at: dict[int, float] = {}
+        self._node_drained_at: dict[int, float] = {}
         self._custom = custom_partitioner
         self._ignore_keys = ignore_keys
         self._loop = loop
@@ -350,11 +361,9 @@ class RecordAccumulator:
         return tps[partition]
 
     def _sticky_appended(self, topic: str, partition: int, size: int, full: bool) -> None:
-        if self._partitioner.update_partition_info(topic, partition, size, full) and self._adaptive:
-            # Once per sticky switch, feed the adaptive draw the current queue lengths.
-            self._partitioner.update_partition_load_stats(
-                topic, self.partition_queue_sizes(topic)
-            )
+        # Loads reach the partitioner from ready(), as in Kafka: measuring them here would walk
+        # every queue on the append path.
+        self._partitioner.update_partition_info(topic, partition, size, full)
 
     def append_run(
         self,
@@ -437,13 +446,22 @@ class RecordAccumulator:
     # --- deciding what to send
 
     def ready(self, cluster: ClusterView, now: float) -> ReadyCheck:
-        """Nodes with sendable data, how long until the next may be, and leaderless topics."""
+        """Nodes with sendable data, how long until the next may be, and leaderless topics.
+
+        With adaptive partitioning it also hands the sticky partitioner the queue length of
+        each partition that has a leader, leaving out (with the availability timeout on) those
+        whose leader has been ready without being drained for longer than that timeout.
+        """
         with self._lock:
             ready_nodes: set[int] = set()
             unknown: set[str] = set()
             next_check = self._linger if self._linger > 0 else float("inf")
             exhausted = self._pool.queued() > 0
             forced = exhausted or self._closed or self._flushes_in_progress > 0
+            # Measured in the same walk, and only for topics keyless records went to.
+            loads = self._partitioner.load_stats_template() if self._adaptive else None
+            stalled = self._stalled_nodes() if loads and self._availability_timeout > 0 else None
+            excluded: dict[str, set[int]] = {}
             for tp, dq in self._batches.items():
                 if not dq:
                     continue
@@ -451,6 +469,12 @@ class RecordAccumulator:
                 if leader is None:
                     unknown.add(tp.topic)
                     continue
+                if loads:
+                    sizes = loads.get(tp.topic)
+                    if sizes is not None:
+                        sizes[tp.partition] = len(dq)
+                        if stalled is not None and leader in stalled:
+                            excluded.setdefault(tp.topic, set()).add(tp.partition)
                 if leader in ready_nodes or tp in self._muted:
                     continue
                 batch = dq[0]
@@ -465,7 +489,30 @@ class RecordAccumulator:
                     ready_nodes.add(leader)
                 else:
                     next_check = min(next_check, max(time_to_wait - waited, 0.0))
+            if loads:
+                self._partitioner.update_load_stats(loads, excluded)
+            if self._availability_timeout > 0:
+                # After the check above, as Kafka's sender does: a node that is only now ready
+                # after a quiet spell must get one chance to be drained before it counts as
+                # stalled.
+                ready_at = self._node_ready_at
+                drained_at = self._node_drained_at
+                for node in ready_nodes:
+                    ready_at[node] = now
+                    drained_at.setdefault(node, now)
             return ReadyCheck(frozenset(ready_nodes), next_check, frozenset(unknown))
+
+    def _stalled_nodes(self) -> set[int] | None:
+        """Nodes that were last found ready more than the availability timeout after they were
+        last drained (``None`` if none)."""
+        timeout = self._availability_timeout
+        drained_at = self._node_drained_at
+        stalled = {
+            node
+            for node, ready in self._node_ready_at.items()
+            if ready - drained_at[node] > timeout
+        }
+        return stalled or None
 
     def drain(
         self, cluster: ClusterView, nodes: Iterable[int], max_size: int, now: float
@@ -473,7 +520,12 @@ class RecordAccumulator:
         """Take at most one batch per partition for each node, within ``max_size`` bytes."""
         with self._lock:
             out: dict[int, list[ProducerBatch]] = {}
+            # The sender passes only nodes it can send to, so each is available as of now,
+            # whether or not it had a batch to take (Kafka's canDrain).
+            drained_at = self._node_drained_at if self._availability_timeout > 0 else None
             for node in nodes:
+                if drained_at is not None:
+                    drained_at[node] = now
                 batches = self._drain_node(cluster, node, max_size, now)
                 if batches:
                     out[node] = batches
@@ -508,7 +560,6 @@ class RecordAccumulator:
             if self._txn is not None:
                 self._txn.stamp(first)
             first.close()
-            first.mark_drained(now)
             size += len(first.records())
             taken.append(first)
             self._drain_index[node] = (i + 1) % n

@@ -17,9 +17,7 @@ cdef class ProducerBatch:
     cdef public object builder
     cdef public bint closed
     cdef public double created
-    cdef public double drained
     cdef public bint from_pool
-    cdef public bint in_retry
     cdef public double last_attempt
     cdef public ProduceRequestResult result
     cdef public object split_into

@@ -77,9 +77,7 @@ class ProducerBatch:
         "builder",
         "closed",
         "created",
-        "drained",
         "from_pool",
-        "in_retry",
         "last_attempt",
         "result",
         "split_into",
@@ -106,9 +104,7 @@ class ProducerBatch:
         self._builder_append = builder.try_append
         self.created = now
         self.last_attempt = now
-        self.drained = now
         self.attempts = 0
-        self.in_retry = False
         self.base_sequence = -1
         self.split_into: list[ProducerBatch] | None = None
         self.result = ProduceRequestResult(tp, loop)
@@ -246,11 +242,6 @@ class ProducerBatch:
         self.backoff = backoff
         self.attempts += 1
         self.last_attempt = now
-        self.drained = now
-        self.in_retry = True
-
-    def mark_drained(self, now: float) -> None:
-        self.drained = now
 
     def has_reached_delivery_timeout(self, delivery_timeout: float, now: float) -> bool:
         return now - self.created >= delivery_timeout

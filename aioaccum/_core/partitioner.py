@@ -14,9 +14,11 @@ after a batch's worth of bytes spreads the load evenly over time. The switch is 
 caller says the current batch is not yet full (``enable_switch=False``), which keeps batches
 aligned with ``batch_size``, but never once twice ``batch_size`` bytes have gone to the partition.
 
-With adaptive partitioning, the accumulator reports how many batches each partition has queued,
-and the draw favours short queues: a partition's weight is ``max_queue + 1 - its_queue`` (Kafka's
-``PartitionLoadStats``), so a broker that drains slowly receives less new data.
+With adaptive partitioning, the accumulator reports on each ready check how many batches each
+partition has queued, and the draw favours short queues: a partition's weight is
+``max_queue + 1 - its_queue`` (Kafka's ``PartitionLoadStats``), so a broker that drains slowly
+receives less new data. It may also exclude partitions whose leader has had data waiting without
+being drained for longer than ``partitioner_availability_timeout_ms``.
 
 Unlike Kafka, the next partition is drawn lazily, on the first :meth:`BuiltInPartitioner.partition`
 call after the switch, because that call carries the freshest cluster view. The result is the
@@ -39,7 +41,6 @@ __all__ = [
     "BuiltInPartitioner",
     "Partitioner",
     "checked_partition",
-    "choose_partition",
     "custom_partition",
     "default_partition",
     "murmur2",
@@ -123,46 +124,6 @@ def default_partition(key_bytes: _ByteLike, num_partitions: int) -> int:
     return to_positive(murmur2(key_bytes)) % num_partitions
 
 
-def choose_partition(
-    topic: str,
-    key_bytes: bytes | None,
-    value_bytes: bytes | None,
-    cluster: ClusterView,
-    *,
-    partition: int | None = None,
-    partitioner: Partitioner | None = None,
-    ignore_keys: bool = False,
-) -> int | None:
-    """Pick the partition for a record the way Kafka's ``KafkaProducer.partition`` does.
-
-    In order: an explicit ``partition`` wins; then a custom ``partitioner``; then murmur2 of the
-    key (unless ``ignore_keys``). ``None`` means "keyless": ask :class:`BuiltInPartitioner`.
-
-    Args:
-        topic: The record's topic; its metadata must be known.
-        key_bytes: The serialized key, or ``None``.
-        value_bytes: The serialized value, or ``None``.
-        cluster: The cluster view.
-        partition: A partition chosen by the caller.
-        partitioner: A custom partitioner (see :data:`Partitioner`).
-        ignore_keys: Use the sticky partitioner even for keyed records
-            (``partitioner.ignore.keys``).
-
-    Returns:
-        The partition, or ``None`` when the built-in sticky partitioner should choose.
-
-    Raises:
-        ValueError: The topic's partitions are unknown.
-        ConfigError: The explicit or custom partition is not one of them (a ``ValueError`` too).
-    """
-    partitions = cluster.partitions_for_topic(topic)
-    if not partitions:
-        raise ValueError(f"no partitions known for topic {topic!r}; fetch its metadata first")
-    return partition_for(
-        topic, partition, key_bytes, value_bytes, partitions, cluster, partitioner, ignore_keys
-    )
-
-
 def partition_for(
     topic: str,
     partition: int | None,
@@ -173,8 +134,12 @@ def partition_for(
     partitioner: Partitioner | None,
     ignore_keys: bool,
 ) -> int | None:
-    """:func:`choose_partition` for a topic whose (non-empty) ``partitions`` the caller has:
-    the one place that says which rule wins. ``None`` means the sticky partitioner chooses.
+    """Pick the partition for a record the way Kafka's ``KafkaProducer.partition`` does: the one
+    place that says which rule wins.
+
+    In order: an explicit ``partition``; a custom ``partitioner``; murmur2 of the key over all
+    ``partitions`` (unless ``ignore_keys``). ``None`` means keyless: the sticky
+    :class:`BuiltInPartitioner` chooses.
 
     Raises:
         ConfigError: The explicit or custom partition is not one of ``partitions``.
@@ -224,6 +189,9 @@ def checked_partition(topic: str, partition: object, partitions: Sequence[int]) 
             f"which has partitions 0..{len(partitions) - 1}"
         )
     return partition
+
+
+_NOTHING_EXCLUDED: frozenset[int] = frozenset()
 
 
 class _TopicState:
@@ -355,6 +323,47 @@ class BuiltInPartitioner:
             state = self._topics[topic] = _TopicState()
         state.queue_sizes = None if queue_sizes is None else dict(queue_sizes)
         state.excluded = frozenset(excluded) if queue_sizes is not None else frozenset()
+
+    def load_stats_template(self) -> dict[str, dict[int, int]]:
+        """An empty queue-size table for each topic this partitioner has drawn for, to fill in
+        and hand to :meth:`update_load_stats`; no tables at all when adaptive is off.
+
+        Only these topics are worth measuring: keyed records never consult the draw.
+        """
+        if not self._adaptive:
+            return {}
+        return {topic: {} for topic in self._topics}
+
+    def update_load_stats(
+        self,
+        queue_sizes: dict[str, dict[int, int]],
+        excluded: Mapping[str, Collection[int]],
+    ) -> None:
+        """:meth:`update_partition_load_stats` for many topics at once, as the accumulator's
+        ready check measures them (Kafka's ``RecordAccumulator.partitionReady``).
+
+        The tables are kept as given, not copied: the caller builds fresh ones each time.
+
+        Args:
+            queue_sizes: Per topic, partition number mapped to its number of queued batches;
+                a partition left out has none. An empty table makes the next draw uniform.
+            excluded: Per topic, partitions not to choose although they have a leader.
+        """
+        if not self._adaptive:
+            return
+        topics = self._topics
+        for topic, sizes in queue_sizes.items():
+            state = topics.get(topic)
+            if state is None:
+                continue
+            gone = excluded.get(topic)
+            if gone:
+                state.queue_sizes = sizes
+                state.excluded = frozenset(gone)
+            else:
+                # Empty queues everywhere weigh every partition alike: the plain draw is cheaper.
+                state.queue_sizes = sizes or None
+                state.excluded = _NOTHING_EXCLUDED
 
     def remove_topic(self, topic: str) -> None:
         """Forget everything about ``topic`` (it expired from metadata, or was deleted)."""

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from aioaccum._core.cluster import ClusterView, StaticCluster, TopicPartition
 from aioaccum._core.partitioner import (
     BuiltInPartitioner,
-    choose_partition,
+    Partitioner,
     default_partition,
     murmur2,
+    partition_for,
     to_positive,
 )
 
@@ -115,9 +116,27 @@ def test_default_partition_rejects_no_partitions() -> None:
         default_partition(b"k", 0)
 
 
-# -- choose_partition -------------------------------------------------------------------------
+# -- partition_for ----------------------------------------------------------------------------
 
 CLUSTER = StaticCluster.uniform({"t": 6, "one": 1}, nodes=3)
+
+
+def choose_partition(
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    cluster: StaticCluster,
+    *,
+    partition: int | None = None,
+    partitioner: Partitioner | None = None,
+    ignore_keys: bool = False,
+) -> int | None:
+    """``partition_for`` as the accumulator calls it: with the topic's partitions at hand."""
+    partitions = cluster.partitions_for_topic(topic)
+    assert partitions
+    return partition_for(
+        topic, partition, key, value, partitions, cluster, partitioner, ignore_keys
+    )
 
 
 def test_explicit_partition_wins_over_key_and_partitioner() -> None:
@@ -166,11 +185,6 @@ def test_keyed_records_hash_over_all_partitions() -> None:
 def test_keyless_and_ignored_keys_defer_to_the_sticky_partitioner() -> None:
     assert choose_partition("t", None, b"v", CLUSTER) is None
     assert choose_partition("t", b"k", b"v", CLUSTER, ignore_keys=True) is None
-
-
-def test_unknown_topic_is_an_error() -> None:
-    with pytest.raises(ValueError, match="no partitions known for topic 'nope'"):
-        choose_partition("nope", b"k", None, CLUSTER)
 
 
 # -- BuiltInPartitioner: stickiness -----------------------------------------------------------

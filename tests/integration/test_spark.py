@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import sys
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -291,6 +293,70 @@ async def test_raise_stops_at_the_first_failure_and_reports_what_was_delivered(
     assert sorted(r.value for r in by_partition[0]) == sorted(str(i).encode() for i in range(25))
     assert report.first_error is not None
     assert "max_request_size=2048" in report.first_error
+
+
+@pytest.mark.parametrize("mode", ["driver", "executors"])
+async def test_an_early_stop_or_a_collect_leaves_no_socket_to_the_garbage_collector(
+    spark: SparkSession, kafka_bootstrap: str, topic_factory: TopicFactory, mode: str
+) -> None:
+    # In driver mode the write stops in the first of two partitions, with the second one
+    # prefetched; in executors mode the driver collects the tasks' counts.
+    topic = await topic_factory(partitions=1)
+    gc.collect()  # so that only what this write leaves behind is collected below
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(SparkWriteError):
+            await write(
+                oversized(spark),
+                topic,
+                bootstrap_servers=kafka_bootstrap,
+                mode=mode,
+                progress=False,
+                max_request_size=2048,
+            )
+        gc.collect()
+    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert unclosed == []
+    # Spark serves the next job as usual.
+    assert spark.range(10).count() == 10
+
+
+def final_bar(stderr: str) -> str:
+    """The last state tqdm drew (it rewrites its line with carriage returns)."""
+    return [part for part in stderr.replace("\n", "\r").split("\r") if part.strip()][-1]
+
+
+@pytest.mark.parametrize("mode", ["driver", "executors"])
+async def test_progress_is_a_tqdm_bar_on_stderr_ending_with_the_counts(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    capsys: pytest.CaptureFixture[str],
+    mode: str,
+) -> None:
+    topic = await topic_factory(partitions=3)
+    rows, partitions = 3000, 4
+    df = events(spark, rows, partitions=partitions)
+    capsys.readouterr()
+    report = await write(df, topic, value="payload", bootstrap_servers=kafka_bootstrap, mode=mode)
+    out, err = capsys.readouterr()
+
+    assert "aioaccum" not in out
+    unit = "partitions" if mode == "driver" else "tasks"
+    assert err.startswith(f"\raioaccum {mode}: ")  # drawn before Spark sent anything
+    final = final_bar(err)
+    assert final.startswith(f"aioaccum {mode}: 100%|")
+    assert f"| {partitions}/{partitions} [" in final
+    assert f" {unit}/s, " in final
+    assert f", {rows:,} records, {report.bytes / 1e6:.1f} MB, " in final
+    assert final.endswith(" rec/s]")
+    assert report.records == rows
+
+    await write(
+        df, topic, value="payload", bootstrap_servers=kafka_bootstrap, mode=mode, progress=False
+    )
+    out, err = capsys.readouterr()
+    assert "aioaccum" not in out + err
 
 
 class PeakRss:
