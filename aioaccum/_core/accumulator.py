@@ -174,7 +174,7 @@ class RecordAccumulator:
         # (Kafka turns adaptive partitioning off with one too).
         self._adaptive = self._partitioner.adaptive and custom_partitioner is None
         self._availability_timeout = availability_timeout if self._adaptive else 0.0
-        # Per node, when ready() last found data for it and when drain() last took from it
+        # Per node, when ready() last found data for it and when drain() was last asked for it
         # (Kafka's NodeLatencyStats): kept only while the availability timeout is on.
         self._node_ready_at: dict[int, float] = {}
         self._node_drained_at: dict[int, float] = {}

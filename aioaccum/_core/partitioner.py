@@ -215,7 +215,8 @@ class BuiltInPartitioner:
     Args:
         sticky_batch_size: Bytes to send to one partition before switching (``batch_size``).
         adaptive: Weight the choice of the next partition by queue sizes reported through
-            :meth:`update_partition_load_stats` (``partitioner_adaptive_partitioning_enable``).
+            :meth:`update_partition_load_stats` or :meth:`update_load_stats`
+            (``partitioner_adaptive_partitioning_enable``).
         rng: The random source; pass a seeded ``random.Random`` for repeatable tests.
     """
 
