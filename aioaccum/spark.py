@@ -327,12 +327,16 @@ def _write_from_executors(
     previous = sc.getLocalProperty("spark.jobGroup.id")
     sc.setLocalProperty("spark.jobGroup.id", group)
     watcher = _TaskWatcher(sc, group, show)
+    failed = True
     try:
         # One small row per task, so collecting them all is safe whatever the DataFrame's size.
         results = counted.collect()
+        failed = False
     finally:
         sc.setLocalProperty("spark.jobGroup.id", previous)  # type: ignore[arg-type]
         watcher.stop()
+        if failed:
+            watcher.finish(None, None)  # now, not when the garbage collector gets to the bar
     tally = Tally(on_error)
     for row in results:
         tally.records += row["records"]
@@ -380,8 +384,8 @@ class _Progress:
         )
 
     def set_total(self, total: int) -> None:
-        if self._bar is not None and total != self._bar.total:
-            self._bar.total = total
+        if self._bar is not None and (total or None) != self._bar.total:
+            self._bar.total = total or None  # 0: no stage known yet
             self._bar.refresh()
 
     def update(self, done: int, records: int = 0, nbytes: int = 0, *, counts: bool = True) -> None:
@@ -404,7 +408,12 @@ class _Progress:
         bar.update(max(done - bar.n, 0))  # tqdm redraws at most every mininterval
 
     def finish(
-        self, done: int | None, records: int | None = None, nbytes: int | None = None
+        self,
+        done: int | None,
+        records: int | None = None,
+        nbytes: int | None = None,
+        *,
+        counts: bool = True,
     ) -> None:
         """End the bar with its final state (``done=None``: as far as it got) and the counts."""
         bar = self._bar
@@ -414,7 +423,7 @@ class _Progress:
             self._records = records
         if nbytes is not None:
             self._bytes = nbytes
-        self.update(bar.n if done is None else done)
+        self.update(bar.n if done is None else done, counts=counts)
         bar.close()  # draws the bar once more and leaves it on screen
 
 
@@ -456,8 +465,13 @@ class _TaskWatcher:
         if self._thread is not None:
             self._thread.join()
 
-    def finish(self, records: int, nbytes: int) -> None:
+    def finish(self, records: int | None, nbytes: int | None) -> None:
+        """End the bar; ``records=None``: the job failed, so its counts are unknown, and Spark
+        is not asked again (it may be what failed)."""
         if self._thread is None:
+            return
+        if records is None:
+            self._bar.finish(None, counts=False)
             return
         done, total = self._poll()
         self._bar.set_total(total)

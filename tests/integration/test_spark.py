@@ -359,6 +359,25 @@ async def test_progress_is_a_tqdm_bar_on_stderr_ending_with_the_counts(
     assert "aioaccum" not in out + err
 
 
+@pytest.mark.parametrize("mode", ["driver", "executors"])
+async def test_a_failed_write_ends_its_bar_before_raising(
+    spark: SparkSession, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    # No broker listens on port 1: the driver's producer, or every task's, fails to start.
+    capsys.readouterr()
+    with pytest.raises(Exception, match=r"127\.0\.0\.1:1\b") as caught:
+        await write(
+            spark.range(0, 100, 1, 2), "t", value="id", bootstrap_servers="127.0.0.1:1", mode=mode
+        )
+    assert not isinstance(caught.value, SparkWriteError)
+    err = capsys.readouterr().err
+    assert err.endswith("\n")  # tqdm's close() ends the line it kept redrawing
+    final = final_bar(err)
+    assert final.startswith(f"aioaccum {mode}: ")
+    # The driver counted what it sent (nothing); the tasks' counts never came back.
+    assert (", 0 records, 0.0 MB, " in final) == (mode == "driver")
+
+
 class PeakRss:
     """Samples this process's resident set size in a thread, keeping the peak."""
 
