@@ -205,6 +205,11 @@ class Sender:
                 log.warning("InitProducerId failed (attempt %d): %s",
                             self.core.init_attempts, exc)
             return
+        except Exception as exc:
+            # A bug: stop the producer with it rather than wait for an id that never comes.
+            log.exception("unexpected error while asking for a producer id")
+            self.core.fail(exc)
+            return
         restamped = self.core.on_producer_id(producer_id, epoch)
         if restamped:
             log.info("new producer id %d epoch %d after a sequence error; %d queued batch(es) "

@@ -185,3 +185,18 @@ async def test_a_partition_without_an_acknowledged_batch_has_one_batch_in_flight
     assert [r.offset for r in results] == list(range(12))
     assert [r.value for r in fake.log[TP0]] == [b"%03d" % i * 20 for i in range(12)]
     assert fake.max_in_flight_seen > 1  # after the first acknowledgement, pipelining resumes
+
+
+async def test_a_bug_while_asking_for_a_producer_id_stops_the_producer() -> None:
+    class Broken(FakeKafka):
+        async def init_producer_id(self) -> tuple[int, int]:
+            raise KeyError("bug in the adapter")
+
+    producer = make(Broken(CLUSTER))
+    async with producer:
+        future = await producer.send("t", b"v", partition=0)
+        with pytest.raises(ProducerClosedError) as info:
+            await future
+        assert isinstance(info.value.__cause__, KeyError)
+        with pytest.raises(ProducerClosedError, match="stopped on an error"):
+            await producer.send("t", b"v", partition=0)
