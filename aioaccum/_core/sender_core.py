@@ -117,6 +117,10 @@ _TRANSITIONS = {
     SenderState.FAILED: frozenset(),
 }
 _INF = float("inf")
+# Deadlines within this of now count as reached. Timers fire at the loop's resolution (uvloop:
+# a millisecond), so waiting for a sliver of a second could return before the clock moved and
+# turn into a busy loop.
+_CLOCK_SLACK = 0.001
 
 
 class SenderCore:
@@ -295,7 +299,7 @@ class SenderCore:
         """
         if self._init_pending or self._in_flight_batches:
             return _INF
-        if now < self._next_init_at:
+        if now + _CLOCK_SLACK < self._next_init_at:
             return self._next_init_at - now
         self._init_pending = True
         actions.append(InitProducerId())

@@ -490,3 +490,15 @@ def test_lifecycle_moves_are_checked() -> None:
         h.core._move(SenderState.CLOSING)
     h.core.force_close()  # after a failure, closing is a no-op, not an error
     assert h.core.state is SenderState.FAILED
+
+
+def test_a_retry_deadline_a_sliver_away_counts_as_reached() -> None:
+    # A timer can fire before the clock shows its deadline (timer resolution); asking to wait
+    # nanoseconds more then spins the loop without the clock ever moving.
+    h = Harness(idempotent=True)
+    h.append(TP0, T0)
+    assert InitProducerId() in h.poll(T0)
+    h.core.on_producer_id_error(ProducerTimeoutError("no answer"), T0)
+    wait = h.poll(T0)[-1]
+    assert isinstance(wait, Wait)
+    assert InitProducerId() in h.poll(T0 + wait.timeout - 1e-9)
