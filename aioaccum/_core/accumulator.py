@@ -726,11 +726,6 @@ class RecordAccumulator:
             dq = self._batches.get(tp)
             return len(dq) if dq else 0
 
-    def partition_queue_sizes(self, topic: str) -> dict[int, int]:
-        """Batches queued per partition of ``topic``: the adaptive partitioner's load signal."""
-        with self._lock:
-            return {tp.partition: len(dq) for tp, dq in self._batches.items() if tp.topic == topic}
-
 
 def _append_moved(
     batch: ProducerBatch,

@@ -203,6 +203,15 @@ class _TopicState:
         self.queue_sizes: Mapping[int, int] | None = None
         self.excluded: frozenset[int] = frozenset()
 
+    def set_load(self, queue_sizes: Mapping[int, int] | None, excluded: Collection[int]) -> None:
+        if excluded and queue_sizes is not None:
+            self.queue_sizes = queue_sizes
+            self.excluded = frozenset(excluded)
+        else:
+            # Empty queues everywhere weigh every partition alike: the plain draw is cheaper.
+            self.queue_sizes = queue_sizes or None
+            self.excluded = _NOTHING_EXCLUDED
+
 
 class BuiltInPartitioner:
     """Kafka's sticky partitioner for keyless records (KIP-794), one state per topic.
@@ -322,8 +331,7 @@ class BuiltInPartitioner:
         state = self._topics.get(topic)
         if state is None:
             state = self._topics[topic] = _TopicState()
-        state.queue_sizes = None if queue_sizes is None else dict(queue_sizes)
-        state.excluded = frozenset(excluded) if queue_sizes is not None else frozenset()
+        state.set_load(None if queue_sizes is None else dict(queue_sizes), excluded)
 
     def load_stats_template(self) -> dict[str, dict[int, int]]:
         """An empty queue-size table for each topic this partitioner has drawn for, to fill in
@@ -355,16 +363,8 @@ class BuiltInPartitioner:
         topics = self._topics
         for topic, sizes in queue_sizes.items():
             state = topics.get(topic)
-            if state is None:
-                continue
-            gone = excluded.get(topic)
-            if gone:
-                state.queue_sizes = sizes
-                state.excluded = frozenset(gone)
-            else:
-                # Empty queues everywhere weigh every partition alike: the plain draw is cheaper.
-                state.queue_sizes = sizes or None
-                state.excluded = _NOTHING_EXCLUDED
+            if state is not None:
+                state.set_load(sizes, excluded.get(topic, _NOTHING_EXCLUDED))
 
     def remove_topic(self, topic: str) -> None:
         """Forget everything about ``topic`` (it expired from metadata, or was deleted)."""
