@@ -73,6 +73,9 @@ class KafkaAdapter(Protocol):
 
     def partitions_for_node(self, node: int) -> Sequence[TopicPartition]: ...
 
+    @property
+    def metadata_version(self) -> int: ...
+
     def partitions_for_topic(self, topic: str) -> Sequence[int] | None: ...
 
     def available_partitions_for_topic(self, topic: str) -> Sequence[int]: ...
@@ -436,6 +439,10 @@ class AioKafkaAdapter:
             self._leaders = {}
             self._available = {}
             self._leaders_version = self._metadata_version
+
+    @property
+    def metadata_version(self) -> int:
+        return self._metadata_version
 
     def leader_for(self, tp: TopicPartition) -> int | None:
         self._leader_cache_current()

@@ -48,6 +48,7 @@ COMPILED_SOURCES = (
     "aioaccum._core.futures",
     "aioaccum._core.batch",
     "aioaccum._core.partitioner",
+    "aioaccum._core.ready_index",
     "aioaccum._core.accumulator",
     "aioaccum.producer",
     "aioaccum._wait",

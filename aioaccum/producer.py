@@ -180,7 +180,13 @@ class Producer:
         self._sender = Sender(
             core, kafka, acks=cfg.acks, request_timeout_ms=cfg.request_timeout_ms
         )
-        self._acc.set_wakeup(self._sender.wakeup, self._sender.wakeup_threadsafe)
+        sender = self._sender
+        self._acc.set_wakeup(
+            sender.wakeup,
+            sender.wakeup_threadsafe,
+            wake_by=sender.wake_by,
+            wake_by_threadsafe=sender.wake_by_threadsafe,
+        )
         # The sender's tasks, and every task they start, carry this producer in their context.
         context = contextvars.copy_context()
         context.run(_SENDER_OF.set, self)
@@ -315,15 +321,19 @@ class Producer:
         assert acc is not None  # set by start(), which made _parts
         if acc.batches_created != self._batches_seen:
             # A caller that never has to wait for memory never suspends, and the sender would
-            # not run until the pool is full. Yielding once per new batch lets it ship the
-            # batches that filled meanwhile, at a cost shared by a batch's worth of records.
-            # The yield comes before the next append, not after the one that opened the batch:
-            # a send() cancelled here has buffered nothing, so a send() that raises never
-            # delivers and one that returns always does.
+            # not run until the pool is full. Once per new batch, yield to it if its turn is
+            # due (a batch filled, or a linger ended): a cost shared by a batch's worth of
+            # records, and with records spread over many partitions, by every batch opened
+            # within one linger. The yield comes before the next append, not after the one
+            # that opened the batch: a send() cancelled here has buffered nothing, so a send()
+            # that raises never delivers and one that returns always does.
             self._batches_seen = acc.batches_created
-            await asyncio.sleep(0)
-            if self._parts is None:
-                self._running_parts()
+            sender = self._sender
+            assert sender is not None  # set by start(), with _acc
+            if sender.wants_turn():
+                await asyncio.sleep(0)
+                if self._parts is None:
+                    self._running_parts()
         kafka = self._kafka
         assert kafka is not None
         key, value, header_list, timestamp_ms, size = self._checked(
@@ -636,7 +646,7 @@ class Producer:
         parts = self._parts
         if parts is None or parts[2].fatal_error is not None:
             parts = self._running_parts()
-        kafka, acc, _ = parts
+        kafka, acc, sender = parts
         loop = self._loop
         assert loop is not None  # set by start(), which made _parts
         # Every record is checked before the first is accepted: a bad one refuses the call whole.
@@ -697,7 +707,8 @@ class Producer:
                 accepted += 1
                 if acc.batches_created != self._batches_seen:
                     self._batches_seen = acc.batches_created
-                    await asyncio.sleep(0)  # as in send(): let the sender ship full batches
+                    if sender.wants_turn():
+                        await asyncio.sleep(0)  # as in send(): the sender's turn is due
         except BaseException as exc:
             # seal() counts only the accepted records: the refused one never reached a batch.
             outcome.seal(accepted)

@@ -11,6 +11,8 @@ cdef class Sender:
     cdef public set _tasks
     cdef public object _wakeup
     cdef public bint _woken
+    cdef public double _deadline
+    cdef public object _timer
     cdef public object _loop
     cdef public bint _wake_scheduled
     cdef public list _progress

@@ -31,6 +31,8 @@ from aioaccum.errors import AioAccumError
 
 __all__ = ["Sender"]
 
+_INF = float("inf")
+
 log = logging.getLogger(__name__)
 
 
@@ -62,6 +64,10 @@ class Sender:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wakeup: asyncio.Future[None] | None = None
         self._woken = False
+        # While asleep, the loop time its timer is set for (inf: none); while a turn is
+        # running or due, -inf.
+        self._deadline = -_INF
+        self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake_scheduled = False
         self._progress: list[asyncio.Future[None]] = []
@@ -75,6 +81,34 @@ class Sender:
         fut = self._wakeup
         if fut is not None and not fut.done():
             fut.set_result(None)
+
+    def wake_by(self, deadline: float) -> None:
+        """Make the sender run a turn at ``deadline`` (loop time) at the latest: a batch opened
+        that will have lingered enough then. Costs a comparison when the sender's own timer
+        is due sooner, as it is while batches are lingering."""
+        if deadline >= self._deadline:
+            return
+        fut = self._wakeup
+        loop = self._loop
+        if fut is None or fut.done() or loop is None:
+            return
+        self._deadline = deadline
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(deadline, _resolve, fut)
+
+    def wake_by_threadsafe(self, deadline: float) -> None:
+        """:meth:`wake_by` from another thread: a wake-up when the sender sleeps past it."""
+        if deadline < self._deadline:
+            self.wakeup_threadsafe()
+
+    def wants_turn(self) -> bool:
+        """Whether the sender has a turn due now: woken, or its timer has passed. A caller
+        that appends without ever suspending yields to it then."""
+        if self._woken:
+            return True
+        loop = self._loop
+        return loop is not None and loop.time() >= self._deadline
 
     def wakeup_threadsafe(self) -> None:
         """:meth:`wakeup` from another thread: one loop callback at a time, however many
@@ -181,13 +215,19 @@ class Sender:
             await asyncio.sleep(0)
             return
         fut = self._wakeup = loop.create_future()
-        handle = loop.call_later(delay, _resolve, fut) if delay != float("inf") else None
+        if delay == _INF:
+            self._deadline = _INF
+        else:
+            self._deadline = loop.time() + delay
+            self._timer = loop.call_at(self._deadline, _resolve, fut)
         try:
             await fut
         finally:
             self._wakeup = None
-            if handle is not None:
-                handle.cancel()
+            self._deadline = -_INF
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
         # A wakeup that resolved the future has been seen; one that came later stays set.
         self._woken = False
 

@@ -3,6 +3,7 @@ cimport cython
 from aioaccum._core.batch cimport ProducerBatch
 from aioaccum._core.futures cimport RecordFuture
 from aioaccum._core.partitioner cimport BuiltInPartitioner, partition_for
+from aioaccum._core.ready_index cimport ReadyIndex
 
 
 cdef class RecordAccumulator:
@@ -21,6 +22,8 @@ cdef class RecordAccumulator:
     cdef object _release
     cdef public object _wakeup
     cdef public object _wakeup_threadsafe
+    cdef public object _wake_by
+    cdef public object _wake_by_threadsafe
     cdef public dict _tps
     cdef public bint threaded
     cdef public long long batches_created
@@ -35,7 +38,7 @@ cdef class RecordAccumulator:
     cdef public dict _batches
     cdef public set _incomplete
     cdef public set _muted
-    cdef public dict _drain_index
+    cdef public ReadyIndex _index
     cdef public Py_ssize_t _flushes_in_progress
     cdef public bint _closed
 
@@ -58,12 +61,8 @@ cdef class RecordAccumulator:
 
     cpdef _sticky_appended(self, str topic, partition, Py_ssize_t size, bint full)
 
-    # Once per sender turn, over every queued partition: typed so that the adaptive
-    # partitioner's load measurement costs about what the untyped walk did without it.
-    @cython.locals(
-        ready_nodes=set, unknown=set, loads=dict, sizes=dict, excluded=dict, stalled=set,
-        next_check=cython.double, waited=cython.double, time_to_wait=cython.double,
-        exhausted=cython.bint, forced=cython.bint, backing_off=cython.bint, full=cython.bint,
-        expired=cython.bint, batch=ProducerBatch,
-    )
+    cdef _wake(self, bint for_thread)
+
+    @cython.locals(index=ReadyIndex, forced=cython.bint, deadline=cython.double,
+                   next_check=cython.double)
     cpdef object ready(self, cluster, double now)

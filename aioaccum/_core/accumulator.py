@@ -49,6 +49,7 @@ from aioaccum._core.partitioner import (
     Partitioner,
     partition_for,
 )
+from aioaccum._core.ready_index import ReadyIndex
 from aioaccum._core.records import (
     MAX_RECORD_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
@@ -109,13 +110,16 @@ class BufferRequest:
     sticky: bool
 
 
-_CLOCK_TOLERANCE = 1e-6  # seconds
 # Per record of a bulk run, what counts towards stickiness besides key and value: the bound
 # send() uses (two 5-byte length varints on top of the record overhead).
 _RECORD_OVERHEAD_BOUND = MAX_RECORD_OVERHEAD + 10
 
 
 def _nothing() -> None:
+    pass
+
+
+def _no_deadline(deadline: float) -> None:
     pass
 
 
@@ -183,6 +187,8 @@ class RecordAccumulator:
         self._loop = loop
         self._wakeup: Callable[[], None] = _nothing
         self._wakeup_threadsafe: Callable[[], None] = _nothing
+        self._wake_by: Callable[[float], None] = _no_deadline
+        self._wake_by_threadsafe: Callable[[float], None] = _no_deadline
         self._tps: dict[str, list[TopicPartition]] = {}
         self.threaded = False
         """Whether threads append too: then every append holds the lock. Set once, from the
@@ -201,7 +207,9 @@ class RecordAccumulator:
         self._batches: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
         self._incomplete: set[ProducerBatch] = set()
         self._muted: set[TopicPartition] = set()
-        self._drain_index: dict[int, int] = {}
+        self._index = ReadyIndex(
+            self._batches, self._muted, linger=linger, delivery_timeout=delivery_timeout
+        )
         self._flushes_in_progress = 0
         self._closed = False
 
@@ -336,15 +344,34 @@ class RecordAccumulator:
             full = len(dq) > 1 or batch.builder.is_full
             opened = True
             self.batches_created += 1
-        # A new batch starts a linger the sender must time; a full one can go now.
-        if opened or full:
-            if for_thread:
-                self._wakeup_threadsafe()
-            else:
-                self._wakeup()
+        # Only a change of the first batch concerns the sender, once per batch: a batch
+        # opened in an empty queue starts a linger it must time, and a first batch that
+        # filled up (or has one behind it) can go now. Appends behind a full first batch
+        # change nothing it needs to know.
+        if opened:
+            if len(dq) == 1:
+                self._index.opened(tp, now)
+                if full:
+                    self._wake(for_thread)
+                elif for_thread:
+                    self._wake_by_threadsafe(now + self._linger)
+                else:
+                    self._wake_by(now + self._linger)
+            elif len(dq) == 2:
+                self._index.touch(tp)
+                self._wake(for_thread)
+        elif full and len(dq) == 1:
+            self._index.touch(tp)
+            self._wake(for_thread)
         if sticky:
             self._sticky_appended(topic, chosen, record_size - RECORD_BATCH_OVERHEAD, full)
         return future
+
+    def _wake(self, for_thread: bool) -> None:
+        if for_thread:
+            self._wakeup_threadsafe()
+        else:
+            self._wakeup()
 
     def enable_threads(self) -> None:
         """Lock every append from now on. Call it on the loop's thread (or before the loop
@@ -405,7 +432,8 @@ class RecordAccumulator:
             if not appended:
                 return 0
             full = len(dq) > 1 or last.builder.is_full
-            if full:
+            if len(dq) == 1 and full:
+                self._index.touch(self._topic_partition(topic, chosen, partitions))
                 self._wakeup()
             if sticky:
                 stop = start + appended
@@ -424,12 +452,25 @@ class RecordAccumulator:
         return error
 
     def set_wakeup(
-        self, wakeup: Callable[[], None], threadsafe: Callable[[], None] | None = None
+        self,
+        wakeup: Callable[[], None],
+        threadsafe: Callable[[], None] | None = None,
+        *,
+        wake_by: Callable[[float], None] | None = None,
+        wake_by_threadsafe: Callable[[float], None] | None = None,
     ) -> None:
-        """Who to tell when a batch fills up or a new one opens (the sender), and how to tell it
-        from another thread than the loop's."""
+        """Who to tell (the sender), and how from another thread than the loop's: ``wakeup``
+        when a first batch can go now, ``wake_by(deadline)`` when a batch opened in an empty
+        queue will have lingered enough at ``deadline`` (on the accumulator's clock)."""
         self._wakeup = wakeup
         self._wakeup_threadsafe = threadsafe or wakeup
+        if wake_by is None:
+            # Without a deadline to keep, a new linger is a wake-up like any other.
+            def wake_by(deadline: float) -> None:
+                wakeup()
+
+        self._wake_by = wake_by
+        self._wake_by_threadsafe = wake_by_threadsafe or wake_by
 
     def _new_batch(
         self, tp: TopicPartition, buffer: bytearray, now: float, *, from_pool: bool = True
@@ -448,49 +489,21 @@ class RecordAccumulator:
     def ready(self, cluster: ClusterView, now: float) -> ReadyCheck:
         """Nodes with sendable data, how long until the next may be, and leaderless topics.
 
-        With adaptive partitioning it also hands the sticky partitioner the queue length of
-        each partition that has a leader, leaving out (with the availability timeout on) those
-        whose leader has been ready without being drained for longer than that timeout.
+        The index answers from what changed since the last call (see
+        :mod:`aioaccum._core.ready_index`), not from a walk of every partition. With adaptive
+        partitioning it also hands the sticky partitioner the queue length of each partition
+        with data and a leader, leaving out (with the availability timeout on) those whose
+        leader has been ready without being drained for longer than that timeout.
         """
         with self._lock:
-            ready_nodes: set[int] = set()
-            unknown: set[str] = set()
-            next_check = self._linger if self._linger > 0 else float("inf")
-            exhausted = self._pool.queued() > 0
-            forced = exhausted or self._closed or self._flushes_in_progress > 0
-            # Measured in the same walk, and only for topics keyless records went to.
-            loads = self._partitioner.load_stats_template() if self._adaptive else None
-            stalled = self._stalled_nodes() if loads and self._availability_timeout > 0 else None
-            excluded: dict[str, set[int]] = {}
-            for tp, dq in self._batches.items():
-                if not dq:
-                    continue
-                leader = cluster.leader_for(tp)
-                if leader is None:
-                    unknown.add(tp.topic)
-                    continue
-                if loads:
-                    sizes = loads.get(tp.topic)
-                    if sizes is not None:
-                        sizes[tp.partition] = len(dq)
-                        if stalled is not None and leader in stalled:
-                            excluded.setdefault(tp.topic, set()).add(tp.partition)
-                if leader in ready_nodes or tp in self._muted:
-                    continue
-                batch = dq[0]
-                waited = now - batch.last_attempt
-                backing_off = batch.attempts > 0 and waited + _CLOCK_TOLERANCE < batch.backoff
-                time_to_wait = batch.backoff if backing_off else self._linger
-                full = len(dq) > 1 or batch.is_full
-                # With a tolerance: a timer set for time_to_wait may fire a rounding error early,
-                # and a sleep of 1e-17 s would not move a float clock forward, so it would spin.
-                expired = waited + _CLOCK_TOLERANCE >= time_to_wait
-                if (full or expired or forced) and not backing_off:
-                    ready_nodes.add(leader)
-                else:
-                    next_check = min(next_check, max(time_to_wait - waited, 0.0))
-            if loads:
-                self._partitioner.update_load_stats(loads, excluded)
+            index = self._index
+            index.sync(cluster, now)
+            forced = self._pool.queued() > 0 or self._closed or self._flushes_in_progress > 0
+            ready_nodes = index.ready_nodes(forced)
+            deadline = index.next_deadline()
+            next_check = deadline - now if deadline > now else 0.0
+            if self._adaptive:
+                self._measure_loads(index)
             if self._availability_timeout > 0:
                 # After the check above, as Kafka's sender does: a node that is only now ready
                 # after a quiet spell must get one chance to be drained before it counts as
@@ -500,7 +513,30 @@ class RecordAccumulator:
                 for node in ready_nodes:
                     ready_at[node] = now
                     drained_at.setdefault(node, now)
-            return ReadyCheck(frozenset(ready_nodes), next_check, frozenset(unknown))
+            return ReadyCheck(
+                frozenset(ready_nodes), next_check, frozenset(index.unknown_leader_topics())
+            )
+
+    def _measure_loads(self, index: ReadyIndex) -> None:
+        """Queue lengths of the partitions with data, for the topics keyless records went to
+        (Kafka measures them in its ready walk)."""
+        loads = self._partitioner.load_stats_template()
+        if not loads:
+            return
+        stalled = self._stalled_nodes() if self._availability_timeout > 0 else None
+        excluded: dict[str, set[int]] = {}
+        batches = self._batches
+        for tp in index.nonempty:
+            sizes = loads.get(tp.topic)
+            if sizes is None:
+                continue
+            leader = index.leader(tp)
+            if leader < 0:
+                continue
+            sizes[tp.partition] = len(batches[tp])
+            if stalled is not None and leader in stalled:
+                excluded.setdefault(tp.topic, set()).add(tp.partition)
+        self._partitioner.update_load_stats(loads, excluded)
 
     def _stalled_nodes(self) -> set[int] | None:
         """Nodes that were last found ready more than the availability timeout after they were
@@ -517,8 +553,11 @@ class RecordAccumulator:
     def drain(
         self, cluster: ClusterView, nodes: Iterable[int], max_size: int, now: float
     ) -> dict[int, list[ProducerBatch]]:
-        """Take at most one batch per partition for each node, within ``max_size`` bytes."""
+        """Take at most one batch per partition for each node, within ``max_size`` bytes,
+        starting each node after the partition its previous drain served last."""
         with self._lock:
+            index = self._index
+            index.sync(cluster, now)
             out: dict[int, list[ProducerBatch]] = {}
             # The sender passes only nodes it can send to, so each is available as of now,
             # whether or not it had a batch to take (Kafka's canDrain).
@@ -526,57 +565,17 @@ class RecordAccumulator:
             for node in nodes:
                 if drained_at is not None:
                     drained_at[node] = now
-                batches = self._drain_node(cluster, node, max_size, now)
+                batches = index.drain_node(cluster, node, max_size, now, self._txn)
                 if batches:
                     out[node] = batches
             return out
-
-    def _drain_node(
-        self, cluster: ClusterView, node: int, max_size: int, now: float
-    ) -> list[ProducerBatch]:
-        parts = cluster.partitions_for_node(node)
-        if not parts:
-            return []
-        n = len(parts)
-        start = self._drain_index.get(node, 0) % n
-        taken: list[ProducerBatch] = []
-        size = 0
-        for step in range(n):
-            i = (start + step) % n
-            tp = parts[i]
-            if tp in self._muted:
-                continue
-            dq = self._batches.get(tp)
-            if not dq:
-                continue
-            first = dq[0]
-            if first.attempts > 0 and now - first.last_attempt < first.backoff:
-                continue
-            if taken and size + first.estimated_size_in_bytes > max_size:
-                # The next drain of this node starts here, so this partition goes first then.
-                self._drain_index[node] = i
-                return taken
-            dq.popleft()
-            if self._txn is not None:
-                self._txn.stamp(first)
-            first.close()
-            size += len(first.records())
-            taken.append(first)
-            self._drain_index[node] = (i + 1) % n
-        return taken
 
     # --- expiry, retries, completion
 
     def expired_batches(self, now: float) -> list[ProducerBatch]:
         """Remove and return queued batches older than ``delivery_timeout``."""
         with self._lock:
-            expired: list[ProducerBatch] = []
-            for dq in self._batches.values():
-                while dq and dq[0].has_reached_delivery_timeout(self._delivery_timeout, now):
-                    batch = dq.popleft()
-                    batch.close()
-                    expired.append(batch)
-            return expired
+            return self._index.expired(now)
 
     def reenqueue(self, batch: ProducerBatch, now: float, backoff: float) -> None:
         """Put a batch that must be retried back at the head of its partition's deque.
@@ -588,6 +587,7 @@ class RecordAccumulator:
         with self._lock:
             batch.reenqueued(now, backoff)
             self._insert_in_sequence_order(batch)
+            self._index.put_back(batch.tp, batch.created)
 
     def _insert_in_sequence_order(self, batch: ProducerBatch) -> None:
         dq = self._batches.setdefault(batch.tp, collections.deque())
@@ -659,6 +659,7 @@ class RecordAccumulator:
                 part.attempts = big.attempts
                 part.reenqueued(now, backoff)
                 self._insert_in_sequence_order(part)
+            self._index.put_back(big.tp, big.created)
             return len(parts)
 
     def deallocate(self, batch: ProducerBatch) -> None:
@@ -675,10 +676,15 @@ class RecordAccumulator:
                 self._pool.deallocate(batch.buffer)
 
     def mute(self, tp: TopicPartition) -> None:
-        self._muted.add(tp)
+        with self._lock:
+            self._muted.add(tp)
+            self._index.mute(tp)
 
     def unmute(self, tp: TopicPartition) -> None:
-        self._muted.discard(tp)
+        with self._lock:
+            if tp in self._muted:
+                self._muted.discard(tp)
+                self._index.touch(tp)
 
     # --- flush and close
 
@@ -719,6 +725,7 @@ class RecordAccumulator:
                     batch.abort(error)
                     self.deallocate(batch)
                     aborted.append(batch)
+            self._index.clear()
             return aborted
 
     def queued_batches(self, tp: TopicPartition) -> int:

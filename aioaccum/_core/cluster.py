@@ -8,6 +8,7 @@ satisfies the protocol; :class:`StaticCluster` is an immutable stand-in for test
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
@@ -44,6 +45,16 @@ class ClusterView(Protocol):
         """The partitions whose leader is ``node``."""
         ...
 
+    @property
+    def metadata_version(self) -> int:
+        """A number that changes whenever any answer above may have changed: what was
+        learnt from the view stays true until it moves."""
+        ...
+
+
+# Each StaticCluster is a version of its own: a test moves leaders by making a new one.
+_static_versions = itertools.count()
+
 
 @dataclass(frozen=True)
 class StaticCluster:
@@ -63,6 +74,7 @@ class StaticCluster:
     _by_topic: dict[str, tuple[int, ...]] = field(init=False, repr=False, compare=False)
     _available: dict[str, tuple[int, ...]] = field(init=False, repr=False, compare=False)
     _by_node: dict[int, tuple[TopicPartition, ...]] = field(init=False, repr=False, compare=False)
+    _version: int = field(init=False, repr=False, compare=False)
 
     def __init__(
         self,
@@ -96,6 +108,7 @@ class StaticCluster:
         object.__setattr__(self, "_by_topic", {t: tuple(p) for t, p in by_topic.items()})
         object.__setattr__(self, "_available", {t: tuple(p) for t, p in available.items()})
         object.__setattr__(self, "_by_node", {n: tuple(p) for n, p in by_node.items()})
+        object.__setattr__(self, "_version", next(_static_versions))
 
     @classmethod
     def uniform(cls, topics: Mapping[str, int], nodes: int = 3) -> StaticCluster:
@@ -131,6 +144,10 @@ class StaticCluster:
 
     def partitions_for_node(self, node: int) -> Sequence[TopicPartition]:
         return self._by_node.get(node, ())
+
+    @property
+    def metadata_version(self) -> int:
+        return self._version
 
     def __hash__(self) -> int:
         return hash((self.nodes, frozenset(self.partitions.items())))

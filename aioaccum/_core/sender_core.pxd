@@ -16,7 +16,7 @@ cdef class SenderCore:
     cdef public object state
     cdef public object fatal_error
     cdef public dict _in_flight
-    cdef public set _in_flight_batches
+    cdef public dict _requests
     cdef public bint _init_pending
     cdef public long long _init_attempts
     cdef public double _next_init_at

@@ -37,6 +37,7 @@ from aioaccum._core.cluster import ClusterView, TopicPartition
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.kafka_errors import Decision, Errors, rule_for
 from aioaccum._core.lifecycle import move
+from aioaccum._core.ready_index import CLOCK_TOLERANCE
 from aioaccum.errors import (
     AioAccumError,
     BrokerError,
@@ -117,10 +118,6 @@ _TRANSITIONS = {
     SenderState.FAILED: frozenset(),
 }
 _INF = float("inf")
-# Deadlines within this of now count as reached. Timers fire at the loop's resolution (uvloop:
-# a millisecond), so waiting for a sliver of a second could return before the clock moved and
-# turn into a busy loop.
-_CLOCK_SLACK = 0.001
 
 
 class SenderCore:
@@ -166,7 +163,10 @@ class SenderCore:
         self.state = SenderState.RUNNING
         self.fatal_error: BaseException | None = None
         self._in_flight: dict[int, int] = {}
-        self._in_flight_batches: set[ProducerBatch] = set()
+        # Requests out, by their first batch (a batch is in one request at a time): (batches,
+        # when the oldest batch still pending reaches the delivery timeout). Expiry looks at
+        # requests, a few per node, not at every batch in flight.
+        self._requests: dict[ProducerBatch, tuple[list[ProducerBatch], float]] = {}
         self._init_pending = False
         self._init_attempts = 0
         self._next_init_at = 0.0
@@ -204,7 +204,7 @@ class SenderCore:
         if state is SenderState.RUNNING:
             return True
         if state is SenderState.CLOSING:
-            return self._acc.has_incomplete() or bool(self._in_flight_batches)
+            return self._acc.has_incomplete() or bool(self._requests)
         return False
 
     @property
@@ -247,15 +247,15 @@ class SenderCore:
             if self._in_flight[node] < self._max_in_flight:
                 # One batch per partition per request: the node may have more ready right away.
                 delay = 0.0
-        pending = [b.created for b in self._in_flight_batches if not b.is_done]
-        if pending:
-            delay = min(delay, max(min(pending) + self._delivery_timeout - now, 0.0))
+        for _, expires in self._requests.values():
+            if expires - now < delay:
+                delay = max(expires - now, 0.0)
         actions.append(Wait(delay))
         return actions
 
     def _start_request(self, node: int, batches: list[ProducerBatch], now: float) -> None:
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
-        self._in_flight_batches.update(batches)
+        self._requests[batches[0]] = (batches, self._expiry_of(batches))
         self._metrics.record_drained(batches, now)
         txn = self._txn
         for batch in batches:
@@ -272,18 +272,31 @@ class SenderCore:
             return True
         return self._txn is not None and not self._txn.has_acknowledged(batch.tp)
 
+    def _expiry_of(self, batches: list[ProducerBatch]) -> float:
+        """When the oldest batch of a request that has not ended reaches the delivery timeout."""
+        oldest = _INF
+        for batch in batches:
+            if batch.created < oldest and not batch.is_done:
+                oldest = batch.created
+        return oldest + self._delivery_timeout
+
     def _expire_in_flight(self, now: float) -> None:
-        for batch in list(self._in_flight_batches):
-            if batch.is_done or not batch.has_reached_delivery_timeout(
-                self._delivery_timeout, now
-            ):
+        reached = now + CLOCK_TOLERANCE
+        for key, (batches, expires) in list(self._requests.items()):
+            if expires > reached:
                 continue
-            # The records fail now; the buffer waits for the request to finish with it.
-            if batch.fail(self._delivery_timeout_error(batch, now)):
-                self._metrics.record_errors(batch.record_count)
-                self.batches_ended += 1
-            if self._txn is not None:
-                self._txn.request_reset()  # the outcome of its sequence range is unknown
+            for batch in batches:
+                if batch.is_done or not batch.has_reached_delivery_timeout(
+                    self._delivery_timeout, reached
+                ):
+                    continue
+                # The records fail now; the buffer waits for the request to finish with it.
+                if batch.fail(self._delivery_timeout_error(batch, now)):
+                    self._metrics.record_errors(batch.record_count)
+                    self.batches_ended += 1
+                if self._txn is not None:
+                    self._txn.request_reset()  # the outcome of its sequence range is unknown
+            self._requests[key] = (batches, self._expiry_of(batches))
 
     # --- producer id (idempotence)
 
@@ -297,9 +310,9 @@ class SenderCore:
         A reset waits until no request is in flight, so that every batch the broker may still
         answer for is back in its queue before sequences start over.
         """
-        if self._init_pending or self._in_flight_batches:
+        if self._init_pending or self._requests:
             return _INF
-        if now + _CLOCK_SLACK < self._next_init_at:
+        if now + CLOCK_TOLERANCE < self._next_init_at:
             return self._next_init_at - now
         self._init_pending = True
         actions.append(InitProducerId())
@@ -390,7 +403,7 @@ class SenderCore:
         self._end_request(node, batches)
 
     def _end_request(self, node: int, batches: list[ProducerBatch]) -> None:
-        if batches and batches[0] not in self._in_flight_batches:
+        if not batches or self._requests.pop(batches[0], None) is None:
             return  # ended already, before whatever the shell reports now went wrong
         count = self._in_flight.get(node, 0)
         if count <= 1:
@@ -400,7 +413,6 @@ class SenderCore:
         txn = self._txn
         acc = self._acc
         for batch in batches:
-            self._in_flight_batches.discard(batch)
             if txn is not None:
                 txn.remove_in_flight(batch)
             acc.unmute(batch.tp)

@@ -70,6 +70,10 @@ class FakeKafka:
     def partitions_for_node(self, node: int) -> Sequence[TopicPartition]:
         return self.cluster.partitions_for_node(node)
 
+    @property
+    def metadata_version(self) -> int:
+        return self.cluster.metadata_version
+
     def partitions_for_topic(self, topic: str) -> Sequence[int] | None:
         return self.cluster.partitions_for_topic(topic)
 

@@ -136,7 +136,7 @@ async def test_in_flight_requests_are_capped_per_node() -> None:
         futures = []
         for i in range(6):
             futures.append(await producer.send("t", b"v%d" % i, partition=i % 3))
-            await asyncio.sleep(0)
+            await asyncio.sleep(0.001)  # the sender's turn: each record its own request
         await asyncio.sleep(0.01)
         assert fake.max_in_flight_seen == 2
         release.set()

@@ -1,0 +1,320 @@
+"""Which partitions have something to send, kept as batches come and go, never found by a scan.
+
+Theory of operation
+-------------------
+Kafka's ``RecordAccumulator.ready`` and ``drain`` walk every partition on every sender turn,
+and so does ``expiredBatches``. With thousands of partitions and records spread over all of
+them, that walk costs more than the records. :class:`ReadyIndex` keeps what those walks would
+find, and is told whenever a partition's first batch may have changed (:meth:`touch`): a batch
+opened in an empty queue, a first batch that filled up, a retry put back, a partition unmuted.
+It keeps:
+
+* per broker node, a rotation of the partitions it leads that may be drained now (they have
+  data and a leader, are not muted and not backing off). A drain walks it from the front and
+  puts a partition that still has data back at the end, so the next drain starts after the
+  last partition served: Kafka's ``drainIndex`` rotation;
+* which partitions have a first batch that may go now (full, or lingered long enough); a node
+  with one is ready;
+* a heap of deadlines for first batches: when one will have lingered, when a retry's backoff
+  ends;
+* a heap of delivery deadlines with one entry per partition, for expiry;
+* each partition's leader, looked up once per metadata version; a new version rebuilds the
+  node rotations from the partitions with data.
+
+Stale heap and rotation entries are not searched for and removed: each names the batch or the
+generation it was made for, and is skipped once that no longer holds. So the work of a sender
+turn follows what changed since the last one, not how many partitions exist.
+
+The accumulator owns the batch queues and calls in here with its lock held.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+from typing import TYPE_CHECKING
+
+from aioaccum._core.batch import ProducerBatch
+from aioaccum._core.cluster import ClusterView, TopicPartition
+
+if TYPE_CHECKING:
+    from aioaccum._core.idempotence import TransactionManager
+
+__all__ = ["CLOCK_TOLERANCE", "ReadyIndex"]
+
+# Deadlines within this of now count as reached. Event-loop timers fire at a millisecond's
+# resolution (uvloop's), so a wait for less than that can end before the clock moved and turn
+# into a busy loop; Kafka's own clock counts whole milliseconds.
+CLOCK_TOLERANCE = 0.001
+_NO_LEADER = -1
+_NOT_LOOKED_UP = -2
+_INF = float("inf")
+
+
+class ReadyIndex:
+    """The accumulator's view of sendable partitions; see the module's theory of operation.
+
+    Args:
+        batches: The accumulator's queue of batches per partition (shared, not copied).
+        muted: Partitions that must not be drained (shared): one batch in flight at a time.
+        linger: Seconds a first batch that is not full waits for more records.
+        delivery_timeout: Seconds from a batch's creation until it expires.
+    """
+
+    def __init__(
+        self,
+        batches: dict[TopicPartition, collections.deque[ProducerBatch]],
+        muted: set[TopicPartition],
+        *,
+        linger: float,
+        delivery_timeout: float,
+    ) -> None:
+        self._batches = batches
+        self._muted = muted
+        self._linger = linger
+        self._delivery_timeout = delivery_timeout
+        self._cluster: object | None = None
+        self._version = -1
+        self._seq = 0
+        self._generation = 0
+        self._touched: list[TopicPartition] = []
+        self.nonempty: set[TopicPartition] = set()
+        """Partitions with queued batches, as of the last :meth:`sync`."""
+        self._leaders: dict[TopicPartition, int] = {}
+        self._leaderless: set[TopicPartition] = set()
+        # Per node, (partition, generation) in drain order; an entry is live while the
+        # partition's generation in _queued is the entry's.
+        self._rotations: dict[int, collections.deque[tuple[TopicPartition, int]]] = {}
+        self._queued: dict[TopicPartition, int] = {}
+        self._queued_on: dict[int, int] = {}
+        # Partitions whose first batch may go now, to their leader.
+        self._sendable: dict[TopicPartition, int] = {}
+        self._sendable_on: dict[int, int] = {}
+        # (deadline, seq, partition, first batch): a linger or backoff that ends; the entry
+        # counts only while _timed names that batch for the partition.
+        self._timers: list[tuple[float, int, TopicPartition, ProducerBatch]] = []
+        self._timed: dict[TopicPartition, ProducerBatch] = {}
+        # (deadline, seq, partition): at most one per partition in _expiry_watched, plus one
+        # more for each batch put back at the front (a retry is older than the first batch).
+        self._expiry: list[tuple[float, int, TopicPartition]] = []
+        self._expiry_watched: set[TopicPartition] = set()
+
+    # --- told by the accumulator
+
+    def touch(self, tp: TopicPartition) -> None:
+        """The first batch of ``tp`` may have changed or filled: look again at the next sync."""
+        self._touched.append(tp)
+
+    def put_back(self, tp: TopicPartition, created: float) -> None:
+        """A batch went back to the front of ``tp``'s queue (a retry, a split)."""
+        self._unqueue(tp)
+        self._touched.append(tp)
+        self._watch(tp, created + self._delivery_timeout)
+
+    def opened(self, tp: TopicPartition, created: float) -> None:
+        """A batch was opened in ``tp``'s empty queue: it is the first, and it will expire."""
+        self._touched.append(tp)
+        if tp not in self._expiry_watched:
+            self._watch(tp, created + self._delivery_timeout)
+
+    def mute(self, tp: TopicPartition) -> None:
+        """``tp`` must not be drained until unmuted (then :meth:`touch` it)."""
+        self._unqueue(tp)
+
+    def clear(self) -> None:
+        """Every queue was emptied (an abort): forget everything."""
+        self._touched = []
+        self.nonempty = set()
+        self._leaderless = set()
+        self._rotations = {}
+        self._queued = {}
+        self._queued_on = {}
+        self._sendable = {}
+        self._sendable_on = {}
+        self._timers = []
+        self._timed = {}
+        self._expiry = []
+        self._expiry_watched = set()
+
+    def _watch(self, tp: TopicPartition, deadline: float) -> None:
+        self._expiry_watched.add(tp)
+        self._seq += 1
+        heapq.heappush(self._expiry, (deadline, self._seq, tp))
+
+    # --- a sender turn
+
+    def sync(self, cluster: ClusterView, now: float) -> None:
+        """Bring the index up to ``now``: new metadata, touched partitions, ended timers."""
+        version = cluster.metadata_version
+        if cluster is not self._cluster or version != self._version:
+            # Leaders may have moved: rebuild the rotations from the partitions with data.
+            self._cluster = cluster
+            self._version = version
+            self._leaders = {}
+            self._leaderless = set()
+            self._rotations = {}
+            self._queued = {}
+            self._queued_on = {}
+            self._sendable = {}
+            self._sendable_on = {}
+            self._touched.extend(self.nonempty)
+        touched, self._touched = self._touched, []
+        for tp in touched:
+            self._refresh(tp, cluster, now)
+        timers = self._timers
+        timed = self._timed
+        reached = now + CLOCK_TOLERANCE
+        while timers and timers[0][0] <= reached:
+            _, _, tp, head = heapq.heappop(timers)
+            if timed.get(tp) is head:
+                del timed[tp]
+                self._refresh(tp, cluster, now)
+
+    def ready_nodes(self, forced: bool) -> set[int]:
+        """Nodes with a first batch that may go now; with ``forced`` (flush, close, a pool with
+        waiters), every node with something it may drain."""
+        counts = self._queued_on if forced else self._sendable_on
+        return {node for node, count in counts.items() if count > 0}
+
+    def unknown_leader_topics(self) -> set[str]:
+        return {tp.topic for tp in self._leaderless}
+
+    def leader(self, tp: TopicPartition) -> int:
+        """The leader of a partition with data as of the last sync; negative when it has none."""
+        return self._leaders.get(tp, _NO_LEADER)
+
+    def next_deadline(self) -> float:
+        """When the next linger, backoff or delivery timeout ends (``inf``: none pending)."""
+        timers = self._timers
+        timed = self._timed
+        while timers and timed.get(timers[0][2]) is not timers[0][3]:
+            heapq.heappop(timers)
+        first = timers[0][0] if timers else _INF
+        if self._expiry and self._expiry[0][0] < first:
+            first = self._expiry[0][0]
+        return first
+
+    def drain_node(
+        self,
+        cluster: ClusterView,
+        node: int,
+        max_size: int,
+        now: float,
+        txn: TransactionManager | None,
+    ) -> list[ProducerBatch]:
+        """Take the first batch of each drainable partition of ``node`` in rotation order,
+        within ``max_size`` bytes (the first batch always goes)."""
+        rotation = self._rotations.get(node)
+        if not rotation:
+            return []
+        queued = self._queued
+        batches = self._batches
+        taken: list[ProducerBatch] = []
+        size = 0
+        # Only the entries there now: a partition put back at the end waits for the next drain.
+        for _ in range(len(rotation)):
+            tp, generation = rotation.popleft()
+            if queued.get(tp, -1) != generation:
+                continue
+            dq = batches[tp]
+            first = dq[0]
+            if taken and size + first.estimated_size_in_bytes > max_size:
+                # The next drain of this node starts here.
+                rotation.appendleft((tp, generation))
+                break
+            dq.popleft()
+            self._unqueue(tp)
+            if txn is not None:
+                txn.stamp(first)
+            first.close()
+            size += len(first.records())
+            taken.append(first)
+            self._refresh(tp, cluster, now)
+        return taken
+
+    def expired(self, now: float) -> list[ProducerBatch]:
+        """Remove and return queued batches that reached the delivery timeout, oldest first."""
+        heap = self._expiry
+        batches = self._batches
+        timeout = self._delivery_timeout
+        reached = now + CLOCK_TOLERANCE
+        out: list[ProducerBatch] = []
+        while heap and heap[0][0] <= reached:
+            _, _, tp = heapq.heappop(heap)
+            self._expiry_watched.discard(tp)
+            dq = batches.get(tp)
+            if not dq:
+                continue
+            if dq[0].has_reached_delivery_timeout(timeout, reached):
+                while dq and dq[0].has_reached_delivery_timeout(timeout, reached):
+                    batch = dq.popleft()
+                    batch.close()
+                    out.append(batch)
+                self._unqueue(tp)
+                self._touched.append(tp)
+            if dq and tp not in self._expiry_watched:
+                self._watch(tp, dq[0].created + timeout)
+        return out
+
+    # --- one partition
+
+    def _refresh(self, tp: TopicPartition, cluster: ClusterView, now: float) -> None:
+        """Place ``tp`` where its first batch says: in its leader's rotation, among the sendable,
+        on a timer, or nowhere."""
+        dq = self._batches.get(tp)
+        if not dq:
+            self._unqueue(tp)
+            self.nonempty.discard(tp)
+            self._leaderless.discard(tp)
+            return
+        self.nonempty.add(tp)
+        leader = self._leaders.get(tp, _NOT_LOOKED_UP)
+        if leader == _NOT_LOOKED_UP:
+            found = cluster.leader_for(tp)
+            leader = _NO_LEADER if found is None else found
+            self._leaders[tp] = leader
+        if leader == _NO_LEADER:
+            self._unqueue(tp)
+            self._leaderless.add(tp)
+            return
+        if tp in self._muted:
+            self._unqueue(tp)
+            return
+        head = dq[0]
+        if head.attempts > 0:
+            backoff_ends = head.last_attempt + head.backoff
+            if now + CLOCK_TOLERANCE < backoff_ends:
+                self._unqueue(tp)
+                self._schedule(tp, head, backoff_ends)
+                return
+        if tp not in self._queued:
+            self._generation += 1
+            self._queued[tp] = self._generation
+            self._queued_on[leader] = self._queued_on.get(leader, 0) + 1
+            rotation = self._rotations.get(leader)
+            if rotation is None:
+                rotation = self._rotations[leader] = collections.deque()
+            rotation.append((tp, self._generation))
+        if tp in self._sendable:
+            return
+        lingered = head.created + self._linger
+        if len(dq) > 1 or head.is_full or now + CLOCK_TOLERANCE >= lingered:
+            self._sendable[tp] = leader
+            self._sendable_on[leader] = self._sendable_on.get(leader, 0) + 1
+        else:
+            self._schedule(tp, head, lingered)
+
+    def _schedule(self, tp: TopicPartition, head: ProducerBatch, deadline: float) -> None:
+        if self._timed.get(tp) is head:
+            return
+        self._timed[tp] = head
+        self._seq += 1
+        heapq.heappush(self._timers, (deadline, self._seq, tp, head))
+
+    def _unqueue(self, tp: TopicPartition) -> None:
+        if self._queued.pop(tp, None) is None:
+            return
+        leader = self._leaders[tp]
+        self._queued_on[leader] -= 1
+        if self._sendable.pop(tp, None) is not None:
+            self._sendable_on[leader] -= 1
