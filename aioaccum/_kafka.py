@@ -16,7 +16,7 @@ import ssl
 import struct
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +36,7 @@ from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
 from aioaccum._core import kafka_errors
 from aioaccum._core.cluster import TopicPartition
+from aioaccum._metadata import MetadataClient
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
     AioAccumError,
@@ -246,8 +247,8 @@ def _socket_buffers(config: ProducerConfig) -> list[tuple[int, int]]:
     return [(option, size) for option, size in sizes if size is not None]
 
 
-class _SocketBufferClient(AIOKafkaClient):  # type: ignore[misc]  # aiokafka is untyped here
-    """aiokafka's client, with the socket buffer sizes set on every broker connection.
+class _SocketBufferClient(MetadataClient):
+    """The metadata client, with the socket buffer sizes set on every broker connection.
 
     aiokafka opens its sockets itself and has no such settings, so the sizes are set when a
     connection is first handed out, after its handshake; Java sets them before connect(). The
@@ -339,9 +340,7 @@ class AioKafkaAdapter:
         }
         buffers = _socket_buffers(cfg)
         # Only then: the subclass adds a step to every request's connection lookup.
-        client = (
-            _SocketBufferClient(buffers, **settings) if buffers else AIOKafkaClient(**settings)
-        )
+        client = _SocketBufferClient(buffers, **settings) if buffers else MetadataClient(**settings)
         client.cluster.add_listener(self._on_metadata_update)
         try:
             try:
@@ -420,8 +419,11 @@ class AioKafkaAdapter:
         for topic in list(used):
             if topic in tracked:
                 tracked[topic] = now
-        by_last_use = sorted(tracked.items(), key=lambda item: item[1])
         max_idle_ms = self._config.metadata_max_idle_ms
+        # Every new topic's metadata is an update: a glance at the oldest use before sorting.
+        if (now - min(tracked.values())) * 1000 < max_idle_ms:
+            return
+        by_last_use = sorted(tracked.items(), key=lambda item: item[1])
         # The topic used last stays even when idle: aiokafka asks for every topic of the
         # cluster when it tracks none, where Java asks for none.
         idle = [t for t, seen in by_last_use[:-1] if (now - seen) * 1000 >= max_idle_ms]
@@ -439,10 +441,6 @@ class AioKafkaAdapter:
             self._leaders = {}
             self._available = {}
             self._leaders_version = self._metadata_version
-
-    @property
-    def metadata_version(self) -> int:
-        return self._metadata_version
 
     def leader_for(self, tp: TopicPartition) -> int | None:
         self._leader_cache_current()
@@ -465,6 +463,10 @@ class AioKafkaAdapter:
             parts = sorted(TopicPartition(tp.topic, tp.partition) for tp in found)
             self._node_partitions[node] = parts
         return parts
+
+    @property
+    def metadata_version(self) -> int:
+        return self._metadata_version
 
     def partitions_for_topic(self, topic: str) -> Sequence[int] | None:
         # Called once per record: answer from a cache that lives until the next metadata update.
@@ -507,31 +509,44 @@ class AioKafkaAdapter:
         parts = client.cluster.partitions_for_topic(topic)
         if parts:
             return sorted(parts)
-        deadline = time.monotonic() + timeout
-        self._track(topic)
-        # Even if tracked already: a send on another thread may have tracked it again just as
-        # it was forgotten, after which aiokafka would never ask for it.
-        client.add_topic(topic)
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
-                    await client.force_metadata_update()
+        # In use from now on (Java's ProducerMetadata.add), so full refreshes name it too.
+        self._tracked_topics[topic] = self._clock()
+        deadline = asyncio.get_running_loop().time() + timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    await self._fetch_topic(client, topic)
+                    parts = client.cluster.partitions_for_topic(topic)
+                    if parts:
+                        return sorted(parts)
+                    if topic in client.cluster.unauthorized_topics:
+                        raise broker_error_for_code(
+                            29, f"not authorized to write to topic {topic!r}"
+                        )
+                    await asyncio.sleep(self._config.retry_backoff_ms / 1000)
+        except TimeoutError:
             parts = client.cluster.partitions_for_topic(topic)
             if parts:
                 return sorted(parts)
-            if topic in client.cluster.unauthorized_topics:
-                raise broker_error_for_code(29, f"not authorized to write to topic {topic!r}")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            await asyncio.sleep(min(self._config.retry_backoff_ms / 1000, remaining))
         raise ProducerTimeoutError(
             f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms; "
             "create the topic (auto-creation may be off) or raise max_block_ms"
         )
+
+    @staticmethod
+    def _fetch_topic(client: AIOKafkaClient, topic: str) -> Awaitable[object]:
+        """One metadata round naming ``topic``.
+
+        Asked again on every round, even if tracked already: a send on another thread may have
+        tracked it again just as it was forgotten, after which no refresh would name it.
+        """
+        if isinstance(client, MetadataClient):
+            # Java's KIP-526: new topics alone, with every other new topic waiting now. The
+            # round is shared with other waiters, so a wait that times out must not cancel it.
+            return asyncio.shield(client.request_update_for_new_topic(topic))
+        # aiokafka's own client (as tests plug in): a refresh of every tracked topic.
+        client.add_topic(topic)
+        return client.force_metadata_update()  # type: ignore[no-any-return]
 
     # --- requests
 

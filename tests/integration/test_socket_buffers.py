@@ -7,9 +7,9 @@ import socket
 import sys
 
 import pytest
-from aiokafka.client import AIOKafkaClient
 
 from aioaccum._kafka import AioKafkaAdapter
+from aioaccum._metadata import MetadataClient
 from aioaccum.producer import Producer
 
 pytestmark = pytest.mark.kafka
@@ -62,4 +62,5 @@ async def test_unset_buffer_sizes_leave_aiokafka_as_it_is(kafka_bootstrap: str) 
     async with Producer(kafka_bootstrap, send_buffer_bytes=-1) as producer:
         adapter = producer._kafka
         assert isinstance(adapter, AioKafkaAdapter)
-        assert type(adapter.client) is AIOKafkaClient
+        # The metadata client only: no step added to every request's connection lookup.
+        assert type(adapter.client) is MetadataClient
