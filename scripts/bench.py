@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Producer clients side by side against one local broker: aioaccum, aiokafka, confluent-kafka
+"""Producer clients side by side against a local cluster: aioaccum, aiokafka, confluent-kafka
 (plain and asyncio), kafka-python and Java's ProducerPerformance, interleaved over repetitions.
 
     scripts/bench --list                       workloads and contenders
@@ -7,11 +7,14 @@
     scripts/bench --all --docs                 everything; rewrites docs/benchmarks.md and
                                                docs/bench/ (results.json and the charts)
     scripts/bench --quick --bootstrap H:P      CI smoke run (< 60 s)
+    scripts/bench --brokers 3 --workload keyed-6p,keyed-600p,keyed-6000p,topics-1000
+                                               partition scaling, on 3 brokers
     scripts/bench --render-docs docs/bench/results.json    only regenerate the docs
 
-Without --bootstrap it starts a 1-broker cluster through scripts/kafka (honouring
-AIOACCUM_KAFKA_PORT_OFFSET / AIOACCUM_KAFKA_STATE) unless one already runs there, and stops
-only what it started. Exit status 1 when any run failed its delivered-count check.
+Without --bootstrap it starts a cluster of --brokers brokers (1 unless told) through
+scripts/kafka (honouring AIOACCUM_KAFKA_PORT_OFFSET / AIOACCUM_KAFKA_STATE) unless one already
+runs there, and stops only what it started. Exit status 1 when any run failed its
+delivered-count check.
 """
 
 import sys

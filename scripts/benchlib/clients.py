@@ -1,4 +1,6 @@
-"""The Python contenders, each written the way its documentation shows it fastest.
+"""The asyncio Python contenders, each written the way its documentation shows it fastest, and
+what every Python contender's process shares (``Recorder``, ``routes``, ``child_main``); the
+synchronous contenders are in ``sync_clients``.
 
 This module runs inside a contender's own child process (``scripts/bench --child SPEC``), so
 its imports, threads and memory are that contender's alone. Each runner sends ``spec.records``
@@ -7,6 +9,10 @@ callback, as the client's idiom has it); a sample of records also carries a late
 time from the send call to the acknowledgement callback. aioaccum runs under several names that
 send alike and differ in how they wait for the futures they kept (``AIOACCUM_WAITS``); its runs
 also record which hot path ran, compiled or pure Python.
+
+In the partition-scaling workloads (``spec.spread``) every runner sends record ``i`` to the
+topic and with the key that ``routes`` gives it, calling the client's own send method with
+``(topic, value, key)`` directly; the plain workloads keep their one-topic loop untouched.
 
 In the memory-bound mode a runner offers records until all are offered or the deadline passes,
 keeps no futures (only callbacks), times every send call to see whether it blocks, counts what
@@ -19,12 +25,12 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
-import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
+from itertools import cycle, islice
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
-from benchlib.spec import MIB, Spec, payload
+from benchlib.spec import MIB, Spec, key_pool, payload
 
 if TYPE_CHECKING:
     from aioaccum import Producer
@@ -96,6 +102,16 @@ class Recorder:
         return out
 
 
+def routes(spec: Spec) -> Iterator[tuple[str, bytes | None]]:
+    """Each record's topic and key (None when unkeyed), in order, the same for every contender.
+
+    The topic and key lists are built here, so call it before the clock starts; the iterator
+    then only indexes them.
+    """
+    keys: list[bytes | None] = [*key_pool(spec.keys)] or [None]
+    return islice(zip(cycle(spec.topic_names()), cycle(keys), strict=False), spec.records)
+
+
 def deadline_passed(rec: Recorder) -> bool:
     if time.perf_counter() - rec.started < rec.spec.deadline_s:
         return False
@@ -115,16 +131,35 @@ class RecordFuture(Protocol):
     def __await__(self) -> Generator[Any, None, Any]: ...
 
 
+class SendTo(Protocol):
+    """An asyncio client's own send method: ``send(topic, value, key)``, all positional."""
+
+    def __call__(
+        self, topic: str, value: bytes, key: bytes | None = None, /
+    ) -> Awaitable[RecordFuture]: ...
+
+
 SendFn = Callable[[bytes], Awaitable[RecordFuture]]
 AsyncRunner = Callable[[Spec, Recorder], Coroutine[Any, Any, None]]
 # How a contender waits for the futures it kept; counts the failed records in the Recorder.
 WaitFn = Callable[[list[RecordFuture], Recorder], Coroutine[Any, Any, None]]
 
 
-async def drive_async(spec: Spec, rec: Recorder, send: SendFn) -> list[RecordFuture]:
-    """The send loop every asyncio contender shares; returns the futures it kept."""
+async def drive_async(spec: Spec, rec: Recorder, send_to: SendTo) -> list[RecordFuture]:
+    """The send loop every asyncio contender shares: starts the clock, sends with the client's
+    ``send_to`` and returns the futures it kept."""
     data = payload(spec.size)
     every = spec.sample_every
+    if spec.spread:
+        plan = routes(spec)
+        rec.begin()
+        return await _spread_async(spec, rec, send_to, plan, data, every)
+    topic = spec.topic
+
+    def send(value: bytes) -> Awaitable[RecordFuture]:
+        return send_to(topic, value)
+
+    rec.begin()
     if spec.memory_bound:
         return await _offer_async(spec, rec, send, data, every)
     if spec.concurrency > 1:
@@ -139,6 +174,28 @@ async def drive_async(spec: Spec, rec: Recorder, send: SendFn) -> list[RecordFut
             future.add_done_callback(probe)
         else:
             future = await send(data)
+        keep(future)
+    rec.offered = spec.records
+    return futures
+
+
+async def _spread_async(
+    spec: Spec,
+    rec: Recorder,
+    send_to: SendTo,
+    plan: Iterator[tuple[str, bytes | None]],
+    data: bytes,
+    every: int,
+) -> list[RecordFuture]:
+    futures: list[RecordFuture] = []
+    keep = futures.append
+    for i, (topic, key) in enumerate(plan):
+        if i % every == 0:
+            probe = rec.probe()
+            future = await send_to(topic, data, key)
+            future.add_done_callback(probe)
+        else:
+            future = await send_to(topic, data, key)
         keep(future)
     rec.offered = spec.records
     return futures
@@ -256,10 +313,8 @@ def aioaccum_runner(wait: WaitFn) -> AsyncRunner:
     async def run(spec: Spec, rec: Recorder) -> None:
         producer = aioaccum_producer(spec, rec)
         await producer.start()
-        await producer.partitions_for(spec.topic)
-        topic, send = spec.topic, producer.send
-        rec.begin()
-        futures = await drive_async(spec, rec, lambda value: send(topic, value))
+        await producer.partitions_for(spec.topic_names()[0])
+        futures = await drive_async(spec, rec, producer.send)
         if spec.memory_bound:
             exit_now(rec)
         await wait(futures, rec)
@@ -287,12 +342,16 @@ def bulk_method(producer: object) -> str | None:
 
 
 async def run_aioaccum_bulk(spec: Spec, rec: Recorder) -> None:
-    """aioaccum's bulk path: ``await producer.send_many(topic, values)`` in chunks of 1,000.
+    """aioaccum's bulk path: ``await producer.send_many(topic, values)`` in chunks of 1,000,
+    with ``keys=`` the chunk's keys in a keyed workload (one topic per call: it sits out the
+    many-topics ones).
 
     Takes the result as one future for the chunk (aioaccum's ``send_many``) or a list of
     per-record futures, so a ``send_batch`` of either shape also fits. The latency probe rides
     on each chunk's last future.
     """
+    if spec.topics > 1:
+        raise SystemExit("a bulk call sends to one topic")
     producer = aioaccum_producer(spec, rec)
     method_name = bulk_method(producer)
     if method_name is None:
@@ -301,6 +360,7 @@ async def run_aioaccum_bulk(spec: Spec, rec: Recorder) -> None:
     await producer.start()
     await producer.partitions_for(spec.topic)
     data, chunk = payload(spec.size), 1000
+    keys = cycle(key_pool(spec.keys)) if spec.keys else None
     futures: list[RecordFuture] = []
 
     def count(future: Any) -> None:
@@ -315,7 +375,10 @@ async def run_aioaccum_bulk(spec: Spec, rec: Recorder) -> None:
                 probe = rec.probe()
                 began = time.perf_counter()
                 try:
-                    out = await send_many(spec.topic, [data] * n)
+                    if keys is None:
+                        out = await send_many(spec.topic, [data] * n)
+                    else:
+                        out = await send_many(spec.topic, [data] * n, keys=[*islice(keys, n)])
                 except Exception as exc:
                     rec.raised_one(exc)
                     continue
@@ -352,10 +415,8 @@ async def run_aiokafka(spec: Spec, rec: Recorder) -> None:
         client_id=spec.client_id,
     )
     await producer.start()
-    await producer.partitions_for(spec.topic)
-    topic, send = spec.topic, producer.send
-    rec.begin()
-    futures = await drive_async(spec, rec, lambda value: send(topic, value))
+    await producer.partitions_for(spec.topic_names()[0])
+    futures = await drive_async(spec, rec, producer.send)
     if spec.memory_bound:
         exit_now(rec)
     await gather_all(futures, rec)
@@ -386,8 +447,7 @@ async def run_confluent_aio(spec: Spec, rec: Recorder) -> None:
     # its batch is no larger than the number of senders.
     batch = 1000 if spec.concurrency == 1 else min(1000, spec.concurrency)
     producer = AIOProducer(confluent_config(spec), batch_size=batch)
-    await producer.list_topics(spec.topic, timeout=10)
-    topic, produce = spec.topic, producer.produce
+    await producer.list_topics(spec.topic_names()[0], timeout=10)
 
     async def poller() -> None:
         # Delivery reports arrive only through poll(); AIOProducer polls when it hands over a
@@ -396,8 +456,7 @@ async def run_confluent_aio(spec: Spec, rec: Recorder) -> None:
             await producer.poll(0.05)
 
     polling = asyncio.create_task(poller()) if spec.concurrency > 1 else None
-    rec.begin()
-    futures = await drive_async(spec, rec, lambda value: produce(topic, value))
+    futures = await drive_async(spec, rec, producer.produce)
     if spec.memory_bound:
         exit_now(rec)
     if polling is not None:
@@ -408,186 +467,11 @@ async def run_confluent_aio(spec: Spec, rec: Recorder) -> None:
     await producer.close()
 
 
-# --- synchronous clients ------------------------------------------------------------------
-
-
-def run_confluent(spec: Spec, rec: Recorder) -> None:
-    from confluent_kafka import Producer as CProducer
-
-    producer = CProducer(confluent_config(spec))
-    producer.list_topics(spec.topic, timeout=10)
-    data, every, topic = payload(spec.size), spec.sample_every, spec.topic
-    produce, poll = producer.produce, producer.poll
-
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None:
-            rec.errors += 1
-
-    def probed(probe: Callable[[Any], None]) -> Callable[[Any, Any], None]:
-        def callback(err: Any, msg: Any) -> None:
-            on_delivery(err, msg)
-            probe(None)
-
-        return callback
-
-    if spec.concurrency > 1:
-        rec.begin()
-        _concurrent_confluent(spec, rec, producer, data, on_delivery)
-        rec.end()
-        return
-    rec.begin()
-    for i in range(spec.records):
-        if spec.memory_bound and i % 1000 == 0 and deadline_passed(rec):
-            exit_now(rec)
-        callback = on_delivery if i % every else probed(rec.probe())
-
-        began = time.perf_counter() if spec.memory_bound else 0.0
-        while True:
-            try:
-                produce(topic, data, on_delivery=callback)
-                break
-            except BufferError as exc:
-                # The documented answer to a full queue: serve callbacks, then try again.
-                rec.raised_one(exc)
-                poll(0.1)
-                if spec.memory_bound and deadline_passed(rec):
-                    exit_now(rec)
-        if spec.memory_bound:
-            rec.longest_block_s = max(rec.longest_block_s, time.perf_counter() - began)
-        rec.offered += 1
-        poll(0)
-    if spec.memory_bound:
-        exit_now(rec)
-    producer.flush()
-    rec.end()
-
-
-def _concurrent_confluent(
-    spec: Spec, rec: Recorder, producer: Any, data: bytes, on_delivery: Callable[[Any, Any], None]
-) -> None:
-    stop = threading.Event()
-
-    def poller() -> None:
-        while not stop.is_set():
-            producer.poll(0.05)
-
-    def sender(index: int, count: int) -> None:
-        for i in range(count):
-            acked = threading.Event()
-            probe = rec.probe() if (index + i) % spec.sample_every == 0 else None
-
-            def callback(err: Any, msg: Any, acked: threading.Event = acked) -> None:
-                on_delivery(err, msg)
-                acked.set()
-
-            while True:
-                try:
-                    producer.produce(spec.topic, data, on_delivery=callback)
-                    break
-                except BufferError as exc:
-                    rec.raised_one(exc)
-                    time.sleep(0.01)
-            acked.wait()
-            if probe is not None:
-                probe(None)
-
-    poll_thread = threading.Thread(target=poller, daemon=True)
-    poll_thread.start()
-    run_threads(spec, sender)
-    stop.set()
-    poll_thread.join()
-    producer.flush()
-    rec.offered = spec.records
-
-
-def run_threads(spec: Spec, target: Callable[[int, int], None]) -> None:
-    threading.stack_size(256 * 1024)  # a thousand default 8 MiB stacks would be address waste
-    share, extra = divmod(spec.records, spec.concurrency)
-    threads = [
-        threading.Thread(target=target, args=(n, share + (1 if n < extra else 0)))
-        for n in range(spec.concurrency)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-
-def run_kafka_python(spec: Spec, rec: Recorder) -> None:
-    from kafka import KafkaProducer
-
-    # kafka-python 3 has no buffer_memory setting: its accumulator is unbounded.
-    producer = KafkaProducer(
-        bootstrap_servers=spec.bootstrap,
-        acks=spec.acks_int if spec.acks != "all" else "all",
-        batch_size=spec.batch_size,
-        linger_ms=spec.linger_ms,
-        compression_type=None if spec.compression == "none" else spec.compression,
-        enable_idempotence=spec.idempotence,
-        client_id=spec.client_id,
-    )
-    producer.partitions_for(spec.topic)
-    data, every, topic, send = payload(spec.size), spec.sample_every, spec.topic, producer.send
-
-    def failed(_exc: Any) -> None:
-        rec.errors += 1
-
-    if spec.concurrency > 1:
-
-        def sender(index: int, count: int) -> None:
-            for i in range(count):
-                probe = rec.probe() if (index + i) % every == 0 else None
-                try:
-                    send(topic, data).get(timeout=120)
-                except Exception as exc:
-                    rec.errors += 1
-                    rec.raised_one(exc)
-                if probe is not None:
-                    probe(None)
-
-        rec.begin()
-        run_threads(spec, sender)
-        rec.offered = spec.records
-        producer.flush()
-        rec.end()
-        producer.close()
-        return
-    futures: list[Any] = []
-    rec.begin()
-    for i in range(spec.records):
-        if spec.memory_bound and i % 1000 == 0 and deadline_passed(rec):
-            exit_now(rec)
-        began = time.perf_counter() if spec.memory_bound else 0.0
-        try:
-            future = send(topic, data)
-        except Exception as exc:
-            rec.raised_one(exc)
-            continue
-        if i % every == 0:
-            future.add_callback(rec.probe())
-        if spec.memory_bound:
-            rec.longest_block_s = max(rec.longest_block_s, time.perf_counter() - began)
-            future.add_errback(failed)
-        else:
-            futures.append(future)
-        rec.offered += 1
-    if spec.memory_bound:
-        exit_now(rec)
-    producer.flush()
-    rec.errors += sum(1 for f in futures if f.failed())
-    rec.end()
-    producer.close()
-
-
 ASYNC_RUNNERS: dict[str, AsyncRunner] = {
     **{name: aioaccum_runner(wait) for name, wait in AIOACCUM_WAITS.items()},
     "aioaccum-bulk": run_aioaccum_bulk,
     "aiokafka": run_aiokafka,
     "confluent-aio": run_confluent_aio,
-}
-SYNC_RUNNERS: dict[str, Callable[[Spec, Recorder], None]] = {
-    "confluent": run_confluent,
-    "kafka-python": run_kafka_python,
 }
 
 
@@ -600,6 +484,8 @@ def child_main(spec_json: str) -> int:
 
         uvloop.run(ASYNC_RUNNERS[spec.contender](spec, rec))
     else:
+        from benchlib.sync_clients import SYNC_RUNNERS
+
         SYNC_RUNNERS[spec.contender](spec, rec)
     write_result(rec)
     return 0

@@ -11,8 +11,8 @@ they kept (``await`` each, ``asyncio.gather``, ``aioaccum.wait_all``). Workloads
 futures (concurrent senders, each awaiting its own; the memory-bound run) would run the same code
 under each name, so only ``aioaccum`` runs those.
 
-To add a contender: a runner in ``clients`` (registered in ``ASYNC_RUNNERS`` or
-``SYNC_RUNNERS``) and an entry in ``CONTENDERS`` here.
+To add a contender: a runner in ``clients`` (registered in ``ASYNC_RUNNERS``) or
+``sync_clients`` (``SYNC_RUNNERS``) and an entry in ``CONTENDERS`` here.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchlib.spec import Spec
+from benchlib.spec import Spec, Workload
 
 SCRIPTS = Path(__file__).resolve().parent.parent
 JAVA_PERF_CLASS = "org.apache.kafka.tools.ProducerPerformance"
@@ -87,14 +87,26 @@ class Contender:
     # Runs the memory-bound workload (which keeps no futures: a contender that differs from
     # another only in how it waits for them would repeat that one's run).
     memory_bound: bool = True
+    # Why it cannot send a key with each record, or send to many topics in turn (the
+    # partition-scaling workloads); None when it can.
+    no_keys: str | None = None
+    no_topics: str | None = None
 
     def unavailable(self) -> str | None:
         """None when it can run here, else why not."""
         return self.check()
 
-    def runs(self, concurrency: int, memory_bound: bool) -> bool:
-        """Whether it takes part in a workload of this kind."""
-        return (concurrency == 1 or self.concurrent) and (not memory_bound or self.memory_bound)
+    def skips(self, w: Workload) -> str | None:
+        """None when it takes part in ``w``, else why it sits that workload out."""
+        if w.concurrency > 1 and not self.concurrent:
+            return "one sender only"
+        if w.memory_bound and not self.memory_bound:
+            return "its run would repeat another contender's"
+        if w.keyed and self.no_keys is not None:
+            return self.no_keys
+        if w.topics > 1 and self.no_topics is not None:
+            return self.no_topics
+        return None
 
 
 CONTENDERS: dict[str, Contender] = {
@@ -124,10 +136,11 @@ CONTENDERS: dict[str, Contender] = {
         ),
         Contender(
             "aioaccum-bulk",
-            "`await p.send_many(topic, values)` in chunks of 1,000 (one future per chunk), "
-            "when the Producer has such a method; uvloop",
+            "`await p.send_many(topic, values)` in chunks of 1,000 (one future per chunk; "
+            "`keys=` the chunk's keys when keyed), when the Producer has such a method; uvloop",
             _bulk,
             concurrent=False,
+            no_topics="a bulk call sends to one topic, so it cannot send to topics in turn",
         ),
         Contender(
             "aiokafka",
@@ -159,6 +172,8 @@ CONTENDERS: dict[str, Contender] = {
             _java,
             kind="java",
             concurrent=False,
+            no_keys="ProducerPerformance sends no keys",
+            no_topics="ProducerPerformance sends to one topic",
         ),
     )
 }
@@ -185,6 +200,8 @@ def child_command(spec: Spec) -> tuple[list[str], dict[str, str]]:
 
 
 def java_command(spec: Spec) -> list[str]:
+    if spec.spread:
+        raise ValueError("ProducerPerformance sends neither keys nor to many topics")
     props = {
         "bootstrap.servers": spec.bootstrap,
         "client.id": spec.client_id,

@@ -1,4 +1,9 @@
-"""The broker side (cluster, fresh topics, end offsets, quotas) and measuring one child process.
+"""The broker side (cluster, topics, end offsets, quotas) and measuring one child process.
+
+Topics are created (and deleted) a few thousand partitions per admin request, and a topic counts
+as ready only once every partition's leader answers a ListOffsets request: metadata names the
+leaders well before the brokers have created the logs (about 10 s for 6,000 partitions on the
+project's machine), and a run started earlier would time the brokers' catching up.
 
 Peak RSS and CPU seconds come from ``wait4``'s rusage of the child itself (the JVM for Java,
 since ``scripts/kafka java-class`` execs it): the kernel's high-water mark, not a sample.
@@ -27,6 +32,11 @@ SAMPLE_EVERY_S = 0.1
 # librdkafka's syslog level for the parent's admin clients: warnings only, not the notice that
 # every deleted topic triggers.
 QUIET = 4
+# Topics per CreateTopics request are grouped up to this many partitions; KRaft's controller
+# refuses a request that would write more than 10,000 metadata records at once.
+PARTITIONS_PER_REQUEST = 5000
+READY_TIMEOUT_S = 120.0
+ADMIN_TIMEOUT_S = 60.0
 
 
 def kafka_script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -41,20 +51,30 @@ def kafka_script(*args: str, timeout: float = 300) -> subprocess.CompletedProces
 
 
 class Cluster:
-    """A 1-broker cluster from scripts/kafka, or the one already running; stops only its own."""
+    """A cluster from scripts/kafka (1 broker unless told), or the one already running; stops
+    only its own. ``brokers`` given and a cluster of another size running is an error: that
+    cluster may be someone else's, and scripts/kafka would replace it."""
 
-    def __init__(self) -> None:
+    def __init__(self, brokers: int | None = None) -> None:
+        self.brokers = brokers
         self.bootstrap = ""
         self.lease: str | None = None
 
     def __enter__(self) -> Cluster:
         if kafka_script("status", timeout=30).returncode == 0:
             self.bootstrap = kafka_script("bootstrap", timeout=30).stdout.strip()
+            size = len(self.bootstrap.split(","))
+            if self.brokers is not None and size != self.brokers:
+                raise SystemExit(
+                    f"a {size}-broker cluster runs at {self.bootstrap}: pass --brokers {size}, "
+                    "or --bootstrap, or stop it first (scripts/kafka down)"
+                )
             print(f"bench: using the running cluster at {self.bootstrap}", file=sys.stderr)
             return self
         # A lease makes `release` stop the cluster only if this run started it.
         self.lease = str(os.getpid())
-        up = kafka_script("up", "--brokers", "1", "--lease", self.lease, timeout=400)
+        brokers = str(self.brokers or 1)
+        up = kafka_script("up", "--brokers", brokers, "--lease", self.lease, timeout=400)
         if up.returncode != 0:
             kafka_script("release", self.lease, timeout=120)
             raise SystemExit(f"scripts/kafka up failed:\n{up.stdout}{up.stderr}")
@@ -75,40 +95,67 @@ class Broker:
         self.bootstrap = bootstrap
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": QUIET})
 
+    def brokers(self) -> int:
+        """How many brokers the cluster's metadata lists."""
+        return len(self.admin.list_topics(timeout=10).brokers)
+
     def create_topic(self, topic: str, partitions: int) -> None:
+        self.create_topics([topic], partitions)
+
+    def create_topics(self, topics: list[str], partitions: int) -> None:
+        """Creates the topics, replication factor 1, and returns once every partition is served."""
         from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
-        futures = self.admin.create_topics([NewTopic(topic, partitions, 1)])
-        futures[topic].result(timeout=60)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            meta = self.admin.list_topics(topic, timeout=10).topics.get(topic)
-            parts = meta.partitions if meta is not None and meta.error is None else {}
-            if len(parts) == partitions and all(p.leader >= 0 for p in parts.values()):
+        per_request = max(1, PARTITIONS_PER_REQUEST // partitions)
+        for start in range(0, len(topics), per_request):
+            batch = [NewTopic(t, partitions, 1) for t in topics[start : start + per_request]]
+            futures = self.admin.create_topics(batch, request_timeout=ADMIN_TIMEOUT_S)
+            for future in futures.values():
+                future.result(timeout=ADMIN_TIMEOUT_S)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            # A metadata request first: list_offsets finds leaders in the admin client's cache,
+            # which would otherwise keep saying that the new topics have none.
+            self.admin.list_topics(timeout=10)
+            try:
+                self.offsets(topics, partitions)
                 return
-            time.sleep(0.1)
-        raise RuntimeError(f"topic {topic}: partitions have no leader after 30 s")
+            except Exception as exc:  # not every leader has its log yet: ask again
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{topics[0]} and the others: not served after {READY_TIMEOUT_S:.0f} s"
+                    ) from exc
+            time.sleep(0.2)
 
     def delete_topic(self, topic: str) -> None:
+        self.delete_topics([topic])
+
+    def delete_topics(self, topics: list[str]) -> None:
         try:
-            self.admin.delete_topics([topic])[topic].result(timeout=60)
+            futures = self.admin.delete_topics(topics, request_timeout=ADMIN_TIMEOUT_S)
+            for future in futures.values():
+                future.result(timeout=ADMIN_TIMEOUT_S)
         except Exception as exc:  # a leftover topic costs disk, not correctness
-            print(f"bench: could not delete {topic}: {exc}", file=sys.stderr)
+            print(f"bench: could not delete {topics[0]} ({len(topics)}): {exc}", file=sys.stderr)
+
+    def offsets(self, topics: list[str], partitions: int) -> dict[tuple[str, int], int]:
+        """The end offset of every partition of ``topics`` (``partitions`` each), in one
+        ListOffsets request per leader; raises if any partition's leader cannot answer."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        asked = {TopicPartition(t, p): latest for t in topics for p in range(partitions)}
+        futures = self.admin.list_offsets(asked, request_timeout=ADMIN_TIMEOUT_S)
+        return {
+            (tp.topic, tp.partition): future.result(timeout=ADMIN_TIMEOUT_S).offset
+            for tp, future in futures.items()
+        }
 
     def end_offsets(self, topic: str) -> int:
-        from confluent_kafka import Consumer, TopicPartition
-
-        consumer = Consumer(
-            {"bootstrap.servers": self.bootstrap, "group.id": "aioaccum-bench", "log_level": QUIET}
-        )
-        try:
-            meta = consumer.list_topics(topic, timeout=10).topics[topic]
-            return sum(
-                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in meta.partitions
-            )
-        finally:
-            consumer.close()
+        """The sum of one topic's end offsets, over the partitions its metadata lists."""
+        meta = self.admin.list_topics(topic, timeout=10).topics[topic]
+        return sum(self.offsets([topic], len(meta.partitions)).values())
 
     def set_producer_quota(self, client_id: str, bytes_per_s: int | None) -> None:
         """Sets (or with None removes) the broker's producer_byte_rate for one client id."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from benchlib.spec import DEFAULT_PARTITIONS
+
 END_MARKER = "<!-- end of generated section -->"
 MIB = 1024 * 1024
 COLORS = {
@@ -52,10 +54,50 @@ def _hot_path_line(meta: dict[str, Any]) -> list[str]:
     ]
 
 
+def _cluster_line(meta: dict[str, Any]) -> str:
+    brokers = meta.get("brokers", 1)
+    return "single-broker cluster" if brokers == 1 else f"{brokers}-broker cluster"
+
+
+def _topics_line(workloads: dict[str, Any]) -> str:
+    """How runs get their topics, and what their end offsets must show."""
+    if not any(w.get("shared_topics") for w in workloads.values()):
+        return (
+            "every run writes to a fresh topic whose end offsets must equal the records sent, "
+            "or the run counts as failed and is not timed."
+        )
+    return (
+        "every run writes to a fresh topic whose end offsets must equal the records sent, or "
+        "the run counts as failed and is not timed. The partition-scaling workloads instead "
+        "create their topics once and share them between their runs, each run's count being "
+        "the rise of the end offsets of every partition of every topic; there, each topic must "
+        "also hold its exact round-robin share, and with keys no partition may be left empty."
+    )
+
+
+def _partitions_line(meta: dict[str, Any], workloads: dict[str, Any]) -> str:
+    # Older results name one count for every topic; newer ones name each workload's own.
+    line = (
+        f"Topics have {meta['partitions']} partitions, replication factor 1."
+        if meta.get("partitions")
+        else f"Topics have {DEFAULT_PARTITIONS} partitions unless the workload names another "
+        "count, replication factor 1."
+    )
+    if any(w.get("keyed") or w.get("topics", 1) > 1 for w in workloads.values()):
+        line += (
+            " In the keyed and many-topics workloads every client sends record i to topic "
+            "i mod topics with key i mod keys (keys `k0`, `k1`, …), in the same order, passing "
+            "topic, value and key to its own send call; each client's default partitioner "
+            "places keyed records (murmur2; CRC32 for librdkafka)."
+        )
+    return line
+
+
 def render(results: dict[str, Any], charts: list[str]) -> str:
     meta, summary = results["meta"], results["summary"]
     machine = meta["machine"]
     workloads: dict[str, Any] = meta["workloads"]
+    sat_out: dict[str, dict[str, str]] = meta.get("sat_out", {})
     out = [
         "# Benchmarks",
         "",
@@ -63,10 +105,9 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
         "end marker only. -->",
         "",
         "aioaccum against the other Python Kafka producers and Java's own, all sending to the "
-        "same local single-broker cluster in one run. Each contender runs in its own process; "
+        f"same local {_cluster_line(meta)} in one run. Each contender runs in its own process; "
         "the contenders take turns (A B C …, A B C …) so that drift in the machine's load "
-        "spreads over all of them, and every run writes to a fresh topic whose end offsets "
-        "must equal the records sent, or the run counts as failed and is not timed.",
+        f"spreads over all of them, and {_topics_line(workloads)}",
         "",
         "Regenerate everything on this page (tables, charts, `docs/bench/results.json`) with:",
         "",
@@ -99,7 +140,7 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
         "so that bytes are the bound), and idempotence off for `acks=1`, on for `acks=all` "
         "(the clients' own defaults disagree). aiokafka and kafka-python have no buffer-memory "
         "setting: aiokafka waits for a partition's batch to drain, kafka-python's buffer is "
-        f"unbounded. Topics have {meta['partitions']} partitions, replication factor 1. "
+        f"unbounded. {_partitions_line(meta, workloads)} "
         "Java's tool runs with `-Xmx512m`, the heap its shell script gives it.",
         "",
         "Throughput is records sent / time from the first send to the last acknowledgement "
@@ -160,6 +201,8 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
         for s in rows:
             for failure in s["failures"]:
                 out.append(f"\n`{s['contender']}` failed: {failure}")
+        for contender, why in sat_out.get(name, {}).items():
+            out.append(f"\n`{contender}` did not run this workload: {why}.")
         out.append("")
     peers = list(dict.fromkeys(s["contender"] for s in summary if s["contender"] != "aioaccum"))
     if throughput and peers:

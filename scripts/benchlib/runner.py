@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -33,6 +34,9 @@ from benchlib.spec import (
     WORKLOADS,
     Spec,
     Workload,
+    plural,
+    spread_problem,
+    topic_names,
 )
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -42,13 +46,20 @@ RSS_ALLOWANCE_MIB = 64
 QUICK_RECORDS = 20_000
 QUICK_CONCURRENCY = 50
 QUICK_TIME_LIMIT_S = 60
+# What --quick runs without --workload: the plain workload, and partition scaling in small.
+QUICK_WORKLOADS = ("100b-16k", "keyed-600p")
 TIMELINE_POINTS = 120
+# Brokers remove a deleted topic's files after log.segment.delete.delay.ms (60 s by default):
+# after deleting this many partitions, the next workload waits that out plus a margin, so the
+# removal (seconds of broker CPU for thousands of partitions) lands in no timed run.
+SETTLE_AFTER_PARTITIONS = 1000
+SETTLE_S = 75.0
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="scripts/bench",
-        description="Producer clients side by side against one local broker, interleaved.",
+        description="Producer clients side by side against a local cluster, interleaved.",
     )
     parser.add_argument("--list", action="store_true", help="list workloads and contenders")
     parser.add_argument(
@@ -68,7 +79,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--records", type=int, help="override every workload's record count")
     parser.add_argument("--bootstrap", help="use this cluster instead of starting one")
-    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument(
+        "--brokers",
+        type=int,
+        choices=(1, 3),
+        help="size of the cluster to start (default 1); a running one must be this size",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        help="override every workload's partitions per topic (default: the workload's own)",
+    )
     parser.add_argument("--json", type=Path, help=f"results file (with --docs: {DOCS_JSON})")
     parser.add_argument(
         "--docs",
@@ -107,13 +128,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def list_all() -> None:
     print("workloads:")
     for w in WORKLOADS.values():
-        mark = "*" if w.name in DEFAULT_WORKLOADS else " "
+        mark = ("*" if w.name in DEFAULT_WORKLOADS else " ") + (
+            "q" if w.name in QUICK_WORKLOADS else " "
+        )
         print(f" {mark} {w.name:<17} {w.describe()}")
-    print("   (* = run when no --workload is given; --all runs every one)")
+        if w.note:
+            print(f"    {'':<17} ({w.note})")
+    print(
+        "   (* = run when no --workload is given; q = run by --quick without --workload; "
+        "--all runs every one)"
+    )
     print("contenders:")
     for c in CONTENDERS.values():
         reason = c.unavailable()
         print(f"   {c.name:<18} {'available' if reason is None else 'unavailable: ' + reason}")
+        sits_out: dict[str, list[str]] = {}
+        for w in WORKLOADS.values():
+            why = c.skips(w)
+            if why is not None:
+                sits_out.setdefault(why, []).append(w.name)
+        for why, names in sits_out.items():
+            print(f"   {'':<18}   sits out {', '.join(names)}: {why}")
 
 
 def chosen_workloads(args: argparse.Namespace) -> list[Workload]:
@@ -121,23 +156,34 @@ def chosen_workloads(args: argparse.Namespace) -> list[Workload]:
     if args.all:
         names = list(WORKLOADS)
     elif not names:
-        names = ["100b-16k"] if args.quick else list(DEFAULT_WORKLOADS)
+        names = list(QUICK_WORKLOADS if args.quick else DEFAULT_WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         raise SystemExit(f"unknown workload(s) {unknown}; see --list")
     picked = [WORKLOADS[n] for n in names]
     if args.records:
         picked = [dataclasses.replace(w, records=args.records) for w in picked]
+    if args.partitions:
+        picked = [dataclasses.replace(w, partitions=args.partitions) for w in picked]
     if args.quick:
         picked = [
             dataclasses.replace(
                 w,
-                records=min(w.records, QUICK_RECORDS * (10 if w.memory_bound else 1)),
+                records=quick_records(w),
                 concurrency=min(w.concurrency, QUICK_CONCURRENCY),
             )
             for w in picked
         ]
     return picked
+
+
+def quick_records(w: Workload) -> int:
+    """--quick's record count: at most 20,000 (ten times that offered in the memory-bound
+    run), and when keyed no more than one record per key, which still reaches every partition."""
+    cap = QUICK_RECORDS * (10 if w.memory_bound else 1)
+    if w.keyed:
+        cap = min(cap, w.keys)
+    return min(w.records, cap)
 
 
 def machine_info() -> dict[str, Any]:
@@ -189,6 +235,8 @@ def spec_for(
         contender=contender,
         bootstrap=bootstrap,
         topic=topic,
+        topics=w.topics,
+        keys=w.keys,
         records=w.records,
         size=w.size,
         batch_size=w.batch_size,
@@ -206,13 +254,25 @@ def spec_for(
 
 
 def one_run(
-    broker: Broker, w: Workload, contender: str, rep: int, args: argparse.Namespace
+    broker: Broker,
+    w: Workload,
+    contender: str,
+    rep: int,
+    args: argparse.Namespace,
+    shared: str | None,
 ) -> dict[str, Any]:
-    topic = f"bench-{w.name}-{contender}-{uuid.uuid4().hex[:8]}"
-    broker.create_topic(topic, args.partitions)
+    """One contender's run of ``w``: on the workload's shared topics (``shared`` is their stem),
+    counting what the end offsets rose by, or else on a fresh topic of the run's own."""
+    stem = shared or f"bench-{w.name}-{contender}-{uuid.uuid4().hex[:8]}"
+    topics = topic_names(stem, w.topics)
+    if shared is None:
+        broker.create_topics(topics, w.partitions)
+        before: dict[tuple[str, int], int] = {}
+    else:
+        before = broker.offsets(topics, w.partitions)
     with tempfile.TemporaryDirectory() as tmp:
         result_path = Path(tmp) / "result.json"
-        spec = spec_for(w, contender, broker.bootstrap, topic, result_path, args.memory_seconds)
+        spec = spec_for(w, contender, broker.bootstrap, stem, result_path, args.memory_seconds)
         argv, env = child_command(spec)
         is_java = CONTENDERS[contender].kind == "java"
         limit = args.memory_seconds + 60 if w.memory_bound else args.time_limit
@@ -228,12 +288,22 @@ def one_run(
         )
     if is_java:
         measured.result = parse_java_output(measured.stdout, w.records)
-    delivered = broker.end_offsets(topic)
-    broker.delete_topic(topic)
-    return record(w, contender, rep, delivered, measured)
+    after = broker.offsets(topics, w.partitions)
+    if shared is None:
+        broker.delete_topics(topics)
+    counts = {tp: end - before.get(tp, 0) for tp, end in after.items()}
+    misplaced = spread_problem(w, topics, counts)
+    return record(w, contender, rep, sum(counts.values()), measured, misplaced)
 
 
-def record(w: Workload, contender: str, rep: int, delivered: int, m: Measured) -> dict[str, Any]:
+def record(
+    w: Workload,
+    contender: str,
+    rep: int,
+    delivered: int,
+    m: Measured,
+    misplaced: str | None = None,
+) -> dict[str, Any]:
     res = m.result or {}
     run: dict[str, Any] = {
         "workload": w.name,
@@ -259,6 +329,8 @@ def record(w: Workload, contender: str, rep: int, delivered: int, m: Measured) -
     if not w.memory_bound:
         if delivered != w.records:
             problems.append(f"broker holds {delivered:,} of {w.records:,} records")
+        elif misplaced is not None:
+            problems.append(misplaced)
         if res.get("errors"):
             problems.append(f"{res['errors']} records failed")
     run["ok"] = not problems
@@ -399,21 +471,40 @@ def print_summary(summary: list[dict[str, Any]], workloads: list[Workload]) -> N
         )
 
 
+def sitting_out(workloads: list[Workload], contenders: list[str]) -> dict[str, dict[str, str]]:
+    """For each workload, the contenders that sit it out and why."""
+    out: dict[str, dict[str, str]] = {}
+    for w in workloads:
+        for c in contenders:
+            why = CONTENDERS[c].skips(w)
+            if why is not None:
+                out.setdefault(w.name, {})[c] = why
+    return out
+
+
 def run_all(
-    args: argparse.Namespace, bootstrap: str, workloads: list[Workload], contenders: list[str]
+    args: argparse.Namespace, broker: Broker, workloads: list[Workload], contenders: list[str]
 ) -> list[dict[str, Any]]:
-    broker = Broker(bootstrap)
     runs: list[dict[str, Any]] = []
     repeat = args.repeat or (1 if args.quick else 3)
-    for w in workloads:
-        here = [c for c in contenders if CONTENDERS[c].runs(w.concurrency, w.memory_bound)]
+    for n, w in enumerate(workloads):
+        here = [c for c in contenders if CONTENDERS[c].skips(w) is None]
         reps = 1 if w.memory_bound else repeat  # a bounded-time observation, not a timing
+        shared = f"bench-{w.name}-{uuid.uuid4().hex[:8]}" if w.shared_topics else None
+        if shared is not None:
+            began = time.monotonic()
+            broker.create_topics(topic_names(shared, w.topics), w.partitions)
+            print(
+                f"  {w.name}: {plural(w.topics, 'topic')} of {plural(w.partitions, 'partition')} "
+                f"ready in {time.monotonic() - began:.0f} s, shared by its runs",
+                flush=True,
+            )
         if w.memory_bound:
             broker.set_producer_quota(THROTTLED_CLIENT_ID, args.throttle_bytes)
         try:
             for rep in range(reps):
                 for contender in here:
-                    run = one_run(broker, w, contender, rep, args)
+                    run = one_run(broker, w, contender, rep, args, shared)
                     runs.append(run)
                     rate = fmt(run["records_per_s"])
                     state = "ok" if run["ok"] else f"FAILED: {run['failure']}"
@@ -426,6 +517,16 @@ def run_all(
         finally:
             if w.memory_bound:
                 broker.set_producer_quota(THROTTLED_CLIENT_ID, None)
+            if shared is not None:
+                broker.delete_topics(topic_names(shared, w.topics))
+        deleted = w.topics * w.partitions if shared is not None else 0
+        if deleted >= SETTLE_AFTER_PARTITIONS and n + 1 < len(workloads):
+            print(
+                f"  waiting {SETTLE_S:.0f} s: the brokers remove the {deleted:,} deleted "
+                "partitions' logs a minute after the delete, and no run should time that",
+                flush=True,
+            )
+            time.sleep(SETTLE_S)
     return runs
 
 
@@ -458,6 +559,12 @@ def main(argv: list[str]) -> int:
     contenders = [n for n in names if n not in unavailable]
     if len(contenders) < 1:
         raise SystemExit("no contender can run here")
+    if args.bootstrap and args.brokers:
+        raise SystemExit("--brokers sizes the cluster scripts/bench starts, not one at --bootstrap")
+    skipped = sitting_out(workloads, contenders)
+    for workload, why_not in skipped.items():
+        for name, why in why_not.items():
+            print(f"bench: {name} sits out {workload}: {why}", file=sys.stderr)
     started = time.time()
     load_before = os.getloadavg()
     if load_before[0] > (os.cpu_count() or 1):
@@ -466,11 +573,12 @@ def main(argv: list[str]) -> int:
             "competes for the CPU, figures will be noisy",
             file=sys.stderr,
         )
-    if args.bootstrap:
-        runs = run_all(args, args.bootstrap, workloads, contenders)
-    else:
-        with Cluster() as cluster:
-            runs = run_all(args, cluster.bootstrap, workloads, contenders)
+    with contextlib.ExitStack() as stack:
+        bootstrap = args.bootstrap or stack.enter_context(Cluster(args.brokers)).bootstrap
+        broker = Broker(bootstrap)
+        brokers = broker.brokers()
+        runs = run_all(args, broker, workloads, contenders)
+        del broker  # its admin client would log every lost connection once the cluster stops
     summary = summarize(runs)
     print_summary(summary, workloads)
     meta: dict[str, Any] = {
@@ -482,6 +590,8 @@ def main(argv: list[str]) -> int:
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "machine": machine_info(),
         "repeat": args.repeat or (1 if args.quick else 3),
+        "brokers": brokers,
+        # --partitions, when it overrode every workload's own count (each is in "workloads").
         "partitions": args.partitions,
         "buffer_memory": BUFFER_MEMORY,
         "memory_seconds": args.memory_seconds,
@@ -492,6 +602,8 @@ def main(argv: list[str]) -> int:
         },
         "contenders": {n: CONTENDERS[n].idiom for n in names},
         "unavailable": unavailable,
+        # Per workload, the contenders that cannot run it and why: no figure, not a fake one.
+        "sat_out": skipped,
         # As reported by the child processes that ran aioaccum (None if none did).
         "aioaccum_hot_path": hot_path(runs),
     }

@@ -5,6 +5,12 @@ and idempotence (each mapped to that client's own names in ``clients`` and ``con
 Workloads with ``acks=1`` turn idempotence off for all clients; the ``acks=all`` workload turns
 it on for all of them: every client's own default differs (Java and aioaccum on, librdkafka and
 aiokafka off), and a mixed field would compare different guarantees.
+
+The partition-scaling workloads spread records the same way for every contender: record ``i``
+goes to topic ``i % topics`` of the run (``topic_names``) and, when keyed, carries key
+``i % keys`` of ``key_pool``. Each client then picks the partition with its own default
+partitioner for keyed records (murmur2 for Java, aioaccum, aiokafka and kafka-python, CRC32 for
+librdkafka); over distinct keys both spread evenly.
 """
 
 from __future__ import annotations
@@ -19,6 +25,12 @@ MIB = 1024 * 1024
 BUFFER_MEMORY = 32 * MIB
 # The client id the memory-bound run's quota is set for, so the throttle touches nothing else.
 THROTTLED_CLIENT_ID = "aioaccum-bench-throttled"
+DEFAULT_PARTITIONS = 6
+# Distinct keys per partition in a keyed workload. Keys land on partitions like balls thrown
+# into bins: with k keys per partition about n * e^-k of n partitions get none, so 4 keys per
+# partition leave about 110 of 6,000 empty; with 16, the keys of ``key_pool`` reach every one
+# of 6, 600 and 6,000 partitions under murmur2 and CRC32 alike.
+KEYS_PER_PARTITION = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +49,35 @@ class Workload:
     concurrency: int = 1
     # Offer records to a throttled broker for a bounded time and watch memory and blocking.
     memory_bound: bool = False
+    # Where records go: ``topics`` topics of ``partitions`` partitions each, in turn, and with
+    # ``keyed`` a key per record from a pool of KEYS_PER_PARTITION x ``partitions`` keys.
+    partitions: int = DEFAULT_PARTITIONS
+    topics: int = 1
+    keyed: bool = False
+    # The workload's runs share topics created once for it, each run's count being the rise of
+    # the end offsets, instead of a fresh topic per run: creating thousands of partitions keeps
+    # the brokers busy for seconds, and deleting them makes the brokers remove the logs a minute
+    # later, inside some other contender's timed run.
+    shared_topics: bool = False
     note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.spread and (self.concurrency > 1 or self.memory_bound):
+            raise ValueError(f"{self.name}: keys and many topics take one sender, not throttled")
 
     @property
     def idempotence(self) -> bool:
         return self.acks == "all"
+
+    @property
+    def spread(self) -> bool:
+        """Whether records carry keys or go to more than one topic."""
+        return self.keyed or self.topics > 1
+
+    @property
+    def keys(self) -> int:
+        """How many distinct keys the records cycle through (0: no keys)."""
+        return KEYS_PER_PARTITION * self.partitions if self.keyed else 0
 
     def describe(self) -> str:
         parts = [
@@ -56,7 +92,19 @@ class Workload:
             parts.append(f"{self.concurrency:,} concurrent senders")
         if self.memory_bound:
             parts.append("broker throttled")
+        if self.topics > 1:
+            parts.append(
+                f"{self.topics:,} topics of {plural(self.partitions, 'partition')}, round robin"
+            )
+        elif self.keyed:
+            parts.append(f"{self.keys:,} keys over {plural(self.partitions, 'partition')}")
+        elif self.partitions != DEFAULT_PARTITIONS:
+            parts.append(plural(self.partitions, "partition"))
         return ", ".join(parts)
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def human_bytes(n: int) -> str:
@@ -92,6 +140,31 @@ WORKLOADS: dict[str, Workload] = {
             memory_bound=True,
             note="records offered to a broker throttled by a client quota, for a bounded time",
         ),
+        # Partition scaling: the same records spread over ever more partitions, so batches get
+        # smaller and requests carry more of them. Their topics are shared by all their runs.
+        Workload("keyed-6p", 500_000, 100, partitions=6, keyed=True, shared_topics=True),
+        Workload("keyed-600p", 500_000, 100, partitions=600, keyed=True, shared_topics=True),
+        Workload(
+            "keyed-6000p",
+            200_000,
+            100,
+            partitions=6000,
+            keyed=True,
+            shared_topics=True,
+            note="200,000 records, not 500,000: in a trial on the project's busy 2-core machine "
+            "the clients sent 700 to 1,600 records/s here, so 500,000 would take 5 to 12 "
+            "minutes a run, past the 10-minute run limit for the slowest",
+        ),
+        Workload(
+            "topics-1000",
+            500_000,
+            100,
+            partitions=1,
+            topics=1000,
+            shared_topics=True,
+            note="each client meets 999 of the topics inside the timed run: only one is "
+            "warmed up before the clock starts, as in every workload",
+        ),
     )
 }
 
@@ -99,9 +172,11 @@ WORKLOADS: dict[str, Workload] = {
 # this project's 2-core machine: one run of 100b-16k by the seven clients takes about 4 minutes
 # there (the slowest clients need a minute each), and the memory-bound run takes 7 x 30 s once.
 # aioaccum's two further ways of waiting (gather, wait_all) run the one-sender workloads only,
-# each about as long as `aioaccum`: a few minutes more. `--all` runs every workload, about an
-# hour there.
+# each about as long as `aioaccum`: a few minutes more. `--all` runs every workload: about an
+# hour there without the partition-scaling ones, which add hours (a run of keyed-6000p or
+# topics-1000 takes one to several minutes per client).
 DEFAULT_WORKLOADS = ("100b-16k", "1k-16k", "contention", "memory-bound")
+# The partition-scaling ones (keyed-*, topics-1000) run when named, or with --all.
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +185,11 @@ class Spec:
 
     contender: str
     bootstrap: str
+    # The run's one topic, or the stem of its topics (``topic_names``).
     topic: str
+    topics: int
+    # Distinct keys in ``key_pool`` order, cycled over the records; 0 sends no keys.
+    keys: int
     records: int
     size: int
     batch_size: int
@@ -138,9 +217,55 @@ class Spec:
         return -1 if self.acks == "all" else int(self.acks)
 
     @property
+    def spread(self) -> bool:
+        return self.keys > 0 or self.topics > 1
+
+    def topic_names(self) -> list[str]:
+        return topic_names(self.topic, self.topics)
+
+    @property
     def sample_every(self) -> int:
         """Every how many records a send-to-ack latency is taken: about 20,000 per run."""
         return max(1, self.records // 20_000)
+
+
+def topic_names(stem: str, count: int) -> list[str]:
+    """A run's topics: ``stem`` itself when there is one, else ``stem-0`` .. ``stem-{count-1}``,
+    in the order records go to them."""
+    return [stem] if count == 1 else [f"{stem}-{i}" for i in range(count)]
+
+
+def key_pool(count: int) -> list[bytes]:
+    """``count`` distinct keys, in the order records carry them."""
+    return [b"k%d" % i for i in range(count)]
+
+
+def spread_problem(
+    w: Workload, topics: list[str], counts: dict[tuple[str, int], int]
+) -> str | None:
+    """What is wrong with where a run's records landed, if anything: with many topics, each
+    holds its exact round-robin share; keyed, once every key was sent, no partition is empty."""
+    if w.topics > 1:
+        per_topic = dict.fromkeys(topics, 0)
+        for (topic, _), n in counts.items():
+            per_topic[topic] += n
+        share, extra = divmod(w.records, w.topics)
+        wrong = [
+            (topic, got, want)
+            for i, (topic, got) in enumerate(per_topic.items())
+            if got != (want := share + (1 if i < extra else 0))
+        ]
+        if wrong:
+            topic, got, want = wrong[0]
+            return (
+                f"{len(wrong):,} of {len(topics):,} topics hold other than their share "
+                f"(first: {topic} holds {got:,} of {want:,})"
+            )
+    if w.keyed and w.records >= w.keys:
+        empty = sum(1 for n in counts.values() if n == 0)
+        if empty:
+            return f"{empty:,} of {len(counts):,} partitions got no records"
+    return None
 
 
 def payload(size: int) -> bytes:

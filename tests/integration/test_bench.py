@@ -1,13 +1,14 @@
 """scripts/bench end to end: a quick run against the session's cluster, its JSON, its docs.
 
 Checks what the run reports (counts verified by the broker, every field there, which of
-aioaccum's hot paths ran) and that the docs generator keeps a hand-written section; never how
-fast anything was.
+aioaccum's hot paths ran), that records land where the partition-scaling workloads send them,
+and that the docs generator keeps a hand-written section; never how fast anything was.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import subprocess
 import sys
@@ -28,6 +29,8 @@ sys.path.insert(0, str(BENCH.parent))  # benchlib, for the test of the waiting i
 # aioaccum's three ways of waiting for per-record futures, its bulk path, and one peer.
 CONTENDERS = ("aioaccum", "aioaccum-gather", "aioaccum-wait-all", "aioaccum-bulk", "confluent")
 AIOACCUM = tuple(c for c in CONTENDERS if c.startswith("aioaccum"))
+# What --quick runs, and how many records: keyed-600p sends each of its 9,600 keys once.
+QUICK_RECORDS = {"100b-16k": 20_000, "keyed-600p": 9_600}
 RUN_FIELDS = {
     "workload",
     "contender",
@@ -88,11 +91,14 @@ def quick_results(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 
 def test_quick_run_verifies_every_count_against_the_broker(quick_results: Any) -> None:
     runs = quick_results["runs"]
-    assert [r["contender"] for r in runs] == list(CONTENDERS)  # one repetition, in turn
+    # One repetition of each workload, the contenders in turn.
+    assert [(r["workload"], r["contender"]) for r in runs] == [
+        (w, c) for w in QUICK_RECORDS for c in CONTENDERS
+    ]
     for run in runs:
         assert run.keys() >= RUN_FIELDS, RUN_FIELDS - run.keys()
         assert run["ok"], run["failure"]
-        assert run["delivered"] == run["records"] == 20_000
+        assert run["delivered"] == run["records"] == QUICK_RECORDS[run["workload"]]
         assert run["errors"] == 0
         assert run["records_per_s"] > 0
         assert run["peak_rss_mib"] > 0
@@ -103,7 +109,9 @@ def test_quick_run_verifies_every_count_against_the_broker(quick_results: Any) -
 
 def test_quick_run_summarises_each_contender(quick_results: Any) -> None:
     summary = quick_results["summary"]
-    assert [s["contender"] for s in summary] == list(CONTENDERS)
+    assert [(s["workload"], s["contender"]) for s in summary] == [
+        (w, c) for w in QUICK_RECORDS for c in CONTENDERS
+    ]
     for row in summary:
         assert row.keys() >= SUMMARY_FIELDS
         assert row["runs"] == row["ok"] == 1
@@ -127,6 +135,79 @@ def test_quick_run_names_the_hot_path_aioaccum_ran(quick_results: Any) -> None:
     assert "asyncio.gather" in idioms["aioaccum-gather"]
     assert "aioaccum.wait_all" in idioms["aioaccum-wait-all"]
     assert "send_many" in idioms["aioaccum-bulk"]
+
+
+def test_keyed_and_many_topic_runs_land_every_record_where_it_was_sent(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    # 1,000 records: one per topic of topics-1000, and each of keyed-6p's 96 keys about ten
+    # times, so the run checks every topic's share and that no partition stayed empty.
+    out = tmp_path / "spread.json"
+    done = run_bench(
+        "--workload",
+        "keyed-6p,topics-1000",
+        "--records",
+        "1000",
+        "--repeat",
+        "1",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--contenders",
+        "aioaccum,aioaccum-bulk,confluent,java",
+        "--json",
+        str(out),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads(out.read_text())
+    ran = [(r["workload"], r["contender"]) for r in results["runs"]]
+    assert ran == [
+        ("keyed-6p", "aioaccum"),
+        ("keyed-6p", "aioaccum-bulk"),
+        ("keyed-6p", "confluent"),
+        ("topics-1000", "aioaccum"),
+        ("topics-1000", "confluent"),
+    ]
+    for run in results["runs"]:
+        assert run["ok"], run["failure"]
+        assert run["delivered"] == run["records"] == 1000
+    # Java's tool sends neither keys nor to many topics: it sits both out, with no figure.
+    sat_out = results["meta"]["sat_out"]
+    assert sat_out["keyed-6p"] == {"java": "ProducerPerformance sends no keys"}
+    assert sat_out["topics-1000"] == {
+        "aioaccum-bulk": "a bulk call sends to one topic, so it cannot send to topics in turn",
+        "java": "ProducerPerformance sends to one topic",
+    }
+    assert results["meta"]["workloads"]["topics-1000"]["partitions"] == 1
+    assert results["meta"]["workloads"]["keyed-6p"]["partitions"] == 6
+
+
+def test_records_in_the_wrong_place_fail_the_run() -> None:
+    from benchlib.spec import WORKLOADS, spread_problem, topic_names
+
+    topics_w = dataclasses.replace(WORKLOADS["topics-1000"], records=2500)
+    topics = topic_names("t", topics_w.topics)
+    counts = {(t, 0): 3 if i < 500 else 2 for i, t in enumerate(topics)}  # round robin
+    assert spread_problem(topics_w, topics, counts) is None
+    counts[(topics[0], 0)] -= 1
+    counts[(topics[999], 0)] += 1
+    assert spread_problem(topics_w, topics, counts) == (
+        "2 of 1,000 topics hold other than their share (first: t-0 holds 2 of 3)"
+    )
+    keyed = WORKLOADS["keyed-6p"]
+    partitions = {("t", p): 1 for p in range(6)}
+    assert spread_problem(keyed, ["t"], partitions) is None
+    partitions[("t", 5)] = 0
+    assert spread_problem(keyed, ["t"], partitions) == "1 of 6 partitions got no records"
+
+
+def test_list_says_which_workloads_each_contender_sits_out() -> None:
+    done = run_bench("--list")
+    assert done.returncode == 0, done.stderr
+    for name in ("keyed-6p", "keyed-600p", "keyed-6000p", "topics-1000"):
+        assert f" {name} " in done.stdout
+    java = done.stdout.split("\n   java ", 1)[1]
+    assert "sits out keyed-6p, keyed-600p, keyed-6000p: ProducerPerformance sends no keys" in java
+    assert "sits out topics-1000: ProducerPerformance sends to one topic" in java
 
 
 @pytest.mark.parametrize("wait", ["aioaccum", "aioaccum-gather", "aioaccum-wait-all"])
