@@ -17,8 +17,7 @@ import struct
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import aiokafka.errors as kerr
 from aiokafka.client import AIOKafkaClient
@@ -54,9 +53,9 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionResponse:
-    """One partition's answer in a produce response."""
+class PartitionResponse(NamedTuple):
+    """One partition's answer in a produce response (one per batch: a tuple, the cheapest
+    object to make)."""
 
     error: BrokerError | None
     base_offset: int

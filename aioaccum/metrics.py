@@ -51,11 +51,12 @@ class ProducerMetrics:
 
     def record_success(self, batch: ProducerBatch, now: float) -> None:
         size = len(batch.records())
+        count = batch.record_count
         self.batches_sent += 1
-        self.records_sent += batch.record_count
+        self.records_sent += count
         self.bytes_sent += size
         self._batch_bytes_total += size
-        self._batch_records_total += batch.record_count
+        self._batch_records_total += count
         ratio = batch.builder.compression_ratio
         if ratio > 0:
             self._compression_samples += 1

@@ -21,6 +21,7 @@ cdef class ReadyIndex:
     cdef public dict _queued_on
     cdef public dict _sendable
     cdef public dict _sendable_on
+    cdef public object _lingers
     cdef public list _timers
     cdef public dict _timed
     cdef public list _expiry
@@ -43,7 +44,5 @@ cdef class ReadyIndex:
         backoff_ends=cython.double,
     )
     cdef _refresh(self, tp, cluster, double now)
-
-    cdef _schedule(self, tp, ProducerBatch head, double deadline)
 
     cdef _unqueue(self, tp)

@@ -15,8 +15,8 @@ It keeps:
   last partition served: Kafka's ``drainIndex`` rotation;
 * which partitions have a first batch that may go now (full, or lingered long enough); a node
   with one is ready;
-* a heap of deadlines for first batches: when one will have lingered, when a retry's backoff
-  ends;
+* the deadlines of first batches: when one will have lingered (in a FIFO: a batch opened later
+  lingers until later), when a retry's backoff ends (in a heap);
 * a heap of delivery deadlines with one entry per partition, for expiry;
 * each partition's leader, looked up once per metadata version; a new version rebuilds the
   node rotations from the partitions with data.
@@ -90,8 +90,12 @@ class ReadyIndex:
         # Partitions whose first batch may go now, to their leader.
         self._sendable: dict[TopicPartition, int] = {}
         self._sendable_on: dict[int, int] = {}
-        # (deadline, seq, partition, first batch): a linger or backoff that ends; the entry
-        # counts only while _timed names that batch for the partition.
+        # (deadline, partition, first batch) for lingers, in the order they end, and (deadline,
+        # seq, partition, first batch) for backoffs; an entry counts only while _timed names
+        # that batch for the partition.
+        self._lingers: collections.deque[tuple[float, TopicPartition, ProducerBatch]] = (
+            collections.deque()
+        )
         self._timers: list[tuple[float, int, TopicPartition, ProducerBatch]] = []
         self._timed: dict[TopicPartition, ProducerBatch] = {}
         # (deadline, seq, partition): at most one per partition in _expiry_watched, plus one
@@ -131,6 +135,7 @@ class ReadyIndex:
         self._queued_on = {}
         self._sendable = {}
         self._sendable_on = {}
+        self._lingers = collections.deque()
         self._timers = []
         self._timed = {}
         self._expiry = []
@@ -161,9 +166,15 @@ class ReadyIndex:
         touched, self._touched = self._touched, []
         for tp in touched:
             self._refresh(tp, cluster, now)
-        timers = self._timers
         timed = self._timed
         reached = now + CLOCK_TOLERANCE
+        lingers = self._lingers
+        while lingers and lingers[0][0] <= reached:
+            _, tp, head = lingers.popleft()
+            if timed.get(tp) is head:
+                del timed[tp]
+                self._refresh(tp, cluster, now)
+        timers = self._timers
         while timers and timers[0][0] <= reached:
             _, _, tp, head = heapq.heappop(timers)
             if timed.get(tp) is head:
@@ -185,11 +196,16 @@ class ReadyIndex:
 
     def next_deadline(self) -> float:
         """When the next linger, backoff or delivery timeout ends (``inf``: none pending)."""
-        timers = self._timers
         timed = self._timed
+        lingers = self._lingers
+        while lingers and timed.get(lingers[0][1]) is not lingers[0][2]:
+            lingers.popleft()
+        timers = self._timers
         while timers and timed.get(timers[0][2]) is not timers[0][3]:
             heapq.heappop(timers)
-        first = timers[0][0] if timers else _INF
+        first = lingers[0][0] if lingers else _INF
+        if timers and timers[0][0] < first:
+            first = timers[0][0]
         if self._expiry and self._expiry[0][0] < first:
             first = self._expiry[0][0]
         return first
@@ -229,7 +245,10 @@ class ReadyIndex:
             first.close()
             size += len(first.records())
             taken.append(first)
-            self._refresh(tp, cluster, now)
+            if dq:
+                self._refresh(tp, cluster, now)
+            else:
+                self.nonempty.discard(tp)
         return taken
 
     def expired(self, now: float) -> list[ProducerBatch]:
@@ -285,7 +304,10 @@ class ReadyIndex:
             backoff_ends = head.last_attempt + head.backoff
             if now + CLOCK_TOLERANCE < backoff_ends:
                 self._unqueue(tp)
-                self._schedule(tp, head, backoff_ends)
+                if self._timed.get(tp) is not head:
+                    self._timed[tp] = head
+                    self._seq += 1
+                    heapq.heappush(self._timers, (backoff_ends, self._seq, tp, head))
                 return
         if tp not in self._queued:
             self._generation += 1
@@ -301,15 +323,16 @@ class ReadyIndex:
         if len(dq) > 1 or head.is_full or now + CLOCK_TOLERANCE >= lingered:
             self._sendable[tp] = leader
             self._sendable_on[leader] = self._sendable_on.get(leader, 0) + 1
-        else:
-            self._schedule(tp, head, lingered)
-
-    def _schedule(self, tp: TopicPartition, head: ProducerBatch, deadline: float) -> None:
-        if self._timed.get(tp) is head:
-            return
-        self._timed[tp] = head
-        self._seq += 1
-        heapq.heappush(self._timers, (deadline, self._seq, tp, head))
+        elif self._timed.get(tp) is not head:
+            self._timed[tp] = head
+            lingers = self._lingers
+            if not lingers or lingers[-1][0] <= lingered:
+                lingers.append((lingered, tp, head))
+            else:
+                # Older than the last linger queued (a batch that waited behind a full one,
+                # a clock read before another caller's): out of order, so in the heap.
+                self._seq += 1
+                heapq.heappush(self._timers, (lingered, self._seq, tp, head))
 
     def _unqueue(self, tp: TopicPartition) -> None:
         if self._queued.pop(tp, None) is None:

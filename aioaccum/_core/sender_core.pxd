@@ -1,5 +1,6 @@
 # Compiled declarations for sender_core.py; see futures.pxd.
 from aioaccum._core.accumulator cimport RecordAccumulator
+from aioaccum.metrics cimport ProducerMetrics
 
 
 cdef class SenderCore:
@@ -11,7 +12,7 @@ cdef class SenderCore:
     cdef public double _retry_backoff
     cdef public double _retry_backoff_max
     cdef public object _txn
-    cdef public object _metrics
+    cdef public ProducerMetrics _metrics
     cdef public object _rng
     cdef public object state
     cdef public object fatal_error
