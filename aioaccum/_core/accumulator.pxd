@@ -13,6 +13,7 @@ cdef class RecordAccumulator:
     cdef public double _availability_timeout
     cdef public dict _node_ready_at
     cdef public dict _node_drained_at
+    cdef public set _loaded_topics
     cdef public object _custom
     cdef public bint _ignore_keys
     cdef public object _loop

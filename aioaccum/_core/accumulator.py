@@ -182,6 +182,8 @@ class RecordAccumulator:
         # (Kafka's NodeLatencyStats): kept only while the availability timeout is on.
         self._node_ready_at: dict[int, float] = {}
         self._node_drained_at: dict[int, float] = {}
+        # Topics whose load table was last handed over with partitions in it.
+        self._loaded_topics: set[str] = set()
         self._custom = custom_partitioner
         self._ignore_keys = ignore_keys
         self._loop = loop
@@ -519,24 +521,39 @@ class RecordAccumulator:
 
     def _measure_loads(self, index: ReadyIndex) -> None:
         """Queue lengths of the partitions with data, for the topics keyless records went to
-        (Kafka measures them in its ready walk)."""
-        loads = self._partitioner.load_stats_template()
-        if not loads:
+        (Kafka measures them in its ready walk).
+
+        Only topics with data now, or with data at the last measure (their table goes back to
+        empty, a uniform draw), are handed over: the work follows the partitions with data,
+        not the number of topics the partitioner knows.
+        """
+        topics = self._partitioner.measured_topics()
+        if not topics:
             return
         stalled = self._stalled_nodes() if self._availability_timeout > 0 else None
+        loads: dict[str, dict[int, int]] = {}
         excluded: dict[str, set[int]] = {}
         batches = self._batches
         for tp in index.nonempty:
-            sizes = loads.get(tp.topic)
-            if sizes is None:
+            topic = tp.topic
+            if topic not in topics:
                 continue
             leader = index.leader(tp)
             if leader < 0:
                 continue
+            sizes = loads.get(topic)
+            if sizes is None:
+                sizes = loads[topic] = {}
             sizes[tp.partition] = len(batches[tp])
             if stalled is not None and leader in stalled:
-                excluded.setdefault(tp.topic, set()).add(tp.partition)
-        self._partitioner.update_load_stats(loads, excluded)
+                excluded.setdefault(topic, set()).add(tp.partition)
+        measured = set(loads)
+        for topic in self._loaded_topics:
+            if topic not in measured:
+                loads[topic] = {}
+        self._loaded_topics = measured
+        if loads:
+            self._partitioner.update_load_stats(loads, excluded)
 
     def _stalled_nodes(self) -> set[int] | None:
         """Nodes that were last found ready more than the availability timeout after they were
@@ -681,10 +698,11 @@ class RecordAccumulator:
             self._index.mute(tp)
 
     def unmute(self, tp: TopicPartition) -> None:
+        if tp not in self._muted:  # the common case, once per batch answered: no lock
+            return
         with self._lock:
-            if tp in self._muted:
-                self._muted.discard(tp)
-                self._index.touch(tp)
+            self._muted.discard(tp)
+            self._index.touch(tp)
 
     # --- flush and close
 

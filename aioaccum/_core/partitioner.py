@@ -333,15 +333,13 @@ class BuiltInPartitioner:
             state = self._topics[topic] = _TopicState()
         state.set_load(None if queue_sizes is None else dict(queue_sizes), excluded)
 
-    def load_stats_template(self) -> dict[str, dict[int, int]]:
-        """An empty queue-size table for each topic this partitioner has drawn for, to fill in
-        and hand to :meth:`update_load_stats`; no tables at all when adaptive is off.
-
-        Only these topics are worth measuring: keyed records never consult the draw.
-        """
+    def measured_topics(self) -> Collection[str]:
+        """The topics whose queue sizes are worth handing to :meth:`update_load_stats`: those
+        this partitioner has drawn for (keyed records never consult the draw); none when
+        adaptive is off."""
         if not self._adaptive:
-            return {}
-        return {topic: {} for topic in self._topics}
+            return ()
+        return self._topics.keys()
 
     def update_load_stats(
         self,

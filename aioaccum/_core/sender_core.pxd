@@ -1,5 +1,6 @@
 # Compiled declarations for sender_core.py; see futures.pxd.
 from aioaccum._core.accumulator cimport RecordAccumulator
+from aioaccum._core.batch cimport ProducerBatch
 from aioaccum.metrics cimport ProducerMetrics
 
 
@@ -22,3 +23,15 @@ cdef class SenderCore:
     cdef public long long _init_attempts
     cdef public double _next_init_at
     cdef public long long batches_ended
+
+    # Called once per batch or per request from inside the class: C calls, not Python ones.
+    cdef _start_request(self, node, list batches, double now)
+    cdef bint _must_mute(self, ProducerBatch batch)
+    cdef double _expiry_of(self, list batches)
+    cdef _expire_in_flight(self, double now)
+    cdef _end_request(self, node, list batches)
+    cdef _complete(
+        self, ProducerBatch batch, long long base_offset, long long log_append_time, double now
+    )
+    cdef _on_batch_error(self, ProducerBatch batch, error, double now, set stale)
+    cdef _fail_batch(self, ProducerBatch batch, error)
