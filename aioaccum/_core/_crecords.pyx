@@ -348,7 +348,9 @@ cdef class MemoryRecordsBuilder:
         estimated_ratio=1.0,
     ):
         self._buffer = buffer
-        self._compression = CompressionType(compression)
+        self._compression = (
+            compression if type(compression) is CompressionType else CompressionType(compression)
+        )
         self._level = validate_compression_level(self._compression, compression_level)
         self._codec = self._compression
         self._write_limit = _int64(write_limit)

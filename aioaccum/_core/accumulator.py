@@ -244,7 +244,9 @@ class RecordAccumulator:
         Args:
             topic: The record's topic; ``partitions`` are its partitions (known, non-empty).
             partition: A partition chosen by the caller, or ``None`` to partition here.
-            record_size: An upper bound of the record's size (it counts towards stickiness).
+            record_size: An upper bound of the size of a batch holding this record alone
+                (``estimate_size_in_bytes_upper_bound`` or above): a new batch gets at least
+                that much buffer. It also counts towards stickiness.
             cluster: Leaders and available partitions, for the custom and sticky partitioners.
             now: The caller's clock, in seconds; negative to read ``clock`` only if the record
                 opens a batch (the time matters for new batches alone).
@@ -327,9 +329,9 @@ class RecordAccumulator:
             if granted is not None:
                 buffer = granted[1]
             else:
-                size = max(
-                    self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers)
-                )
+                # record_size bounds a batch of this record alone, as Java's
+                # estimateBatchSizeUpperBound does: the first record always fits.
+                size = max(self._batch_size, record_size)
                 got = self._pool.allocate_nowait(size)
                 if got is None:
                     return BufferRequest(chosen, size, sticky)

@@ -269,7 +269,9 @@ class MemoryRecordsBuilder:
         estimated_ratio: float = 1.0,
     ) -> None:
         self._buffer = buffer
-        self._compression = CompressionType(compression)
+        self._compression = (
+            compression if type(compression) is CompressionType else CompressionType(compression)
+        )
         self._level = validate_compression_level(self._compression, compression_level)
         self._write_limit = write_limit
         self._limit = write_limit  # what appends are checked against; -1 once closed
