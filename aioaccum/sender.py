@@ -98,8 +98,11 @@ class Sender:
         self._timer = loop.call_at(deadline, _resolve, fut)
 
     def wake_by_threadsafe(self, deadline: float) -> None:
-        """:meth:`wake_by` from another thread: a wake-up when the sender sleeps past it."""
-        if deadline < self._deadline:
+        """:meth:`wake_by` from another thread: a wake-up when the sender sleeps past it, or
+        is in a turn (which may have looked at the queues before this batch opened, and then
+        sleep on a deadline that knows nothing of it)."""
+        current = self._deadline
+        if deadline < current or current == -_INF:
             self.wakeup_threadsafe()
 
     def wants_turn(self) -> bool:

@@ -25,7 +25,7 @@ cdef class ReadyIndex:
     cdef public list _timers
     cdef public dict _timed
     cdef public list _expiry
-    cdef public set _expiry_watched
+    cdef public dict _expiry_watched
 
     cpdef touch(self, tp)
     cpdef opened(self, tp, double created)
@@ -46,3 +46,5 @@ cdef class ReadyIndex:
     cdef _refresh(self, tp, cluster, double now)
 
     cdef _unqueue(self, tp)
+
+    cdef _rebuild(self, cluster, version)

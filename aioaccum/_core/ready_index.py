@@ -98,10 +98,10 @@ class ReadyIndex:
         )
         self._timers: list[tuple[float, int, TopicPartition, ProducerBatch]] = []
         self._timed: dict[TopicPartition, ProducerBatch] = {}
-        # (deadline, seq, partition): at most one per partition in _expiry_watched, plus one
-        # more for each batch put back at the front (a retry is older than the first batch).
+        # (deadline, seq, partition); an entry counts only while _expiry_watched names its
+        # seq for the partition, so each partition has one live entry at most.
         self._expiry: list[tuple[float, int, TopicPartition]] = []
-        self._expiry_watched: set[TopicPartition] = set()
+        self._expiry_watched: dict[TopicPartition, tuple[float, int]] = {}
 
     # --- told by the accumulator
 
@@ -110,10 +110,14 @@ class ReadyIndex:
         self._touched.append(tp)
 
     def put_back(self, tp: TopicPartition, created: float) -> None:
-        """A batch went back to the front of ``tp``'s queue (a retry, a split)."""
+        """A batch went back to the front of ``tp``'s queue (a retry, a split): it may expire
+        before the batch that was first."""
         self._unqueue(tp)
         self._touched.append(tp)
-        self._watch(tp, created + self._delivery_timeout)
+        deadline = created + self._delivery_timeout
+        watched = self._expiry_watched.get(tp)
+        if watched is None or deadline < watched[0]:
+            self._watch(tp, deadline)
 
     def opened(self, tp: TopicPartition, created: float) -> None:
         """A batch was opened in ``tp``'s empty queue: it is the first, and it will expire."""
@@ -139,11 +143,11 @@ class ReadyIndex:
         self._timers = []
         self._timed = {}
         self._expiry = []
-        self._expiry_watched = set()
+        self._expiry_watched = {}
 
     def _watch(self, tp: TopicPartition, deadline: float) -> None:
-        self._expiry_watched.add(tp)
         self._seq += 1
+        self._expiry_watched[tp] = (deadline, self._seq)
         heapq.heappush(self._expiry, (deadline, self._seq, tp))
 
     # --- a sender turn
@@ -152,17 +156,7 @@ class ReadyIndex:
         """Bring the index up to ``now``: new metadata, touched partitions, ended timers."""
         version = cluster.metadata_version
         if cluster is not self._cluster or version != self._version:
-            # Leaders may have moved: rebuild the rotations from the partitions with data.
-            self._cluster = cluster
-            self._version = version
-            self._leaders = {}
-            self._leaderless = set()
-            self._rotations = {}
-            self._queued = {}
-            self._queued_on = {}
-            self._sendable = {}
-            self._sendable_on = {}
-            self._touched.extend(self.nonempty)
+            self._rebuild(cluster, version)
         touched, self._touched = self._touched, []
         for tp in touched:
             self._refresh(tp, cluster, now)
@@ -180,6 +174,31 @@ class ReadyIndex:
             if timed.get(tp) is head:
                 del timed[tp]
                 self._refresh(tp, cluster, now)
+
+    def _rebuild(self, cluster: ClusterView, version: int) -> None:
+        """Leaders may have moved: place every partition with data again, those that were in
+        a rotation first and in their rotation's order, so the drains go on where they were."""
+        queued = self._queued
+        order = [
+            tp
+            for rotation in self._rotations.values()
+            for tp, generation in rotation
+            if queued.get(tp, -1) == generation
+        ]
+        placed = set(order)
+        order.extend(tp for tp in self.nonempty if tp not in placed)
+        order.extend(self._touched)
+        self._cluster = cluster
+        self._version = version
+        self._leaders = {}
+        self._leaderless = set()
+        self._rotations = {}
+        self._queued = {}
+        self._queued_on = {}
+        self._sendable = {}
+        self._sendable_on = {}
+        self._timed = {}
+        self._touched = order
 
     def ready_nodes(self, forced: bool) -> set[int]:
         """Nodes with a first batch that may go now; with ``forced`` (flush, close, a pool with
@@ -206,8 +225,9 @@ class ReadyIndex:
         first = lingers[0][0] if lingers else _INF
         if timers and timers[0][0] < first:
             first = timers[0][0]
-        if self._expiry and self._expiry[0][0] < first:
-            first = self._expiry[0][0]
+        # Expiry is decided on the clock as it is (see expired): wake once it has passed.
+        if self._expiry and self._expiry[0][0] + CLOCK_TOLERANCE < first:
+            first = self._expiry[0][0] + CLOCK_TOLERANCE
         return first
 
     def drain_node(
@@ -254,25 +274,33 @@ class ReadyIndex:
     def expired(self, now: float) -> list[ProducerBatch]:
         """Remove and return queued batches that reached the delivery timeout, oldest first."""
         heap = self._expiry
+        watched = self._expiry_watched
         batches = self._batches
         timeout = self._delivery_timeout
-        reached = now + CLOCK_TOLERANCE
         out: list[ProducerBatch] = []
-        while heap and heap[0][0] <= reached:
-            _, _, tp = heapq.heappop(heap)
-            self._expiry_watched.discard(tp)
+        again: list[TopicPartition] = []
+        # No tolerance here: records fail at their deadline, not a millisecond before it. Both
+        # tests are the same sum, so an entry popped always finds its batch expired.
+        while heap and heap[0][0] <= now:
+            _, seq, tp = heapq.heappop(heap)
+            live = watched.get(tp)
+            if live is None or live[1] != seq:
+                continue  # a later or an earlier entry stands for this partition
+            del watched[tp]
             dq = batches.get(tp)
             if not dq:
                 continue
-            if dq[0].has_reached_delivery_timeout(timeout, reached):
-                while dq and dq[0].has_reached_delivery_timeout(timeout, reached):
+            if dq[0].created + timeout <= now:
+                while dq and dq[0].created + timeout <= now:
                     batch = dq.popleft()
                     batch.close()
                     out.append(batch)
                 self._unqueue(tp)
                 self._touched.append(tp)
-            if dq and tp not in self._expiry_watched:
-                self._watch(tp, dq[0].created + timeout)
+            if dq:
+                again.append(tp)
+        for tp in again:
+            self._watch(tp, batches[tp][0].created + timeout)
         return out
 
     # --- one partition
@@ -303,9 +331,10 @@ class ReadyIndex:
         if head.attempts > 0:
             backoff_ends = head.last_attempt + head.backoff
             if now + CLOCK_TOLERANCE < backoff_ends:
+                scheduled = self._timed.get(tp) is head
                 self._unqueue(tp)
-                if self._timed.get(tp) is not head:
-                    self._timed[tp] = head
+                self._timed[tp] = head
+                if not scheduled:
                     self._seq += 1
                     heapq.heappush(self._timers, (backoff_ends, self._seq, tp, head))
                 return
@@ -335,6 +364,8 @@ class ReadyIndex:
                 heapq.heappush(self._timers, (lingered, self._seq, tp, head))
 
     def _unqueue(self, tp: TopicPartition) -> None:
+        # Whatever timer was set is for a first batch or a state that no longer holds.
+        self._timed.pop(tp, None)
         if self._queued.pop(tp, None) is None:
             return
         leader = self._leaders[tp]

@@ -248,8 +248,9 @@ class SenderCore:
                 # One batch per partition per request: the node may have more ready right away.
                 delay = 0.0
         for _, expires in self._requests.values():
-            if expires - now < delay:
-                delay = max(expires - now, 0.0)
+            # Woken once the deadline has passed, for records fail at it, not before.
+            if expires + CLOCK_TOLERANCE - now < delay:
+                delay = max(expires + CLOCK_TOLERANCE - now, 0.0)
         actions.append(Wait(delay))
         return actions
 
@@ -281,13 +282,12 @@ class SenderCore:
         return oldest + self._delivery_timeout
 
     def _expire_in_flight(self, now: float) -> None:
-        reached = now + CLOCK_TOLERANCE
         for key, (batches, expires) in list(self._requests.items()):
-            if expires > reached:
+            if expires > now:
                 continue
             for batch in batches:
                 if batch.is_done or not batch.has_reached_delivery_timeout(
-                    self._delivery_timeout, reached
+                    self._delivery_timeout, now
                 ):
                     continue
                 # The records fail now; the buffer waits for the request to finish with it.

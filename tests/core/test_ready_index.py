@@ -235,3 +235,59 @@ def test_the_sender_hears_of_first_batches_not_of_every_record() -> None:
         append(acc, cluster, 0, T0, size=BATCH // 3)
     assert wakes.now == 1
     assert wakes.by == [T0 + 10.0]
+
+
+def test_a_retry_goes_after_its_backoff_not_after_a_leftover_linger() -> None:
+    acc, cluster, _ = make_acc(3, linger=1.0)
+    append(acc, cluster, 0, T0)
+    acc.ready(cluster, T0)  # a linger timer for this batch, due at T0 + 1
+    acc.begin_flush()
+    [batch] = drain_all(acc, cluster, T0 + 0.01)  # drained early by a flush
+    acc.end_flush()
+    acc.reenqueue(batch, T0 + 0.05, backoff=0.1)
+    check = acc.ready(cluster, T0 + 0.1)
+    assert check.ready_nodes == frozenset()
+    assert check.next_check_in == pytest.approx(0.05)
+    assert drain_all(acc, cluster, T0 + 0.15) == [batch]
+
+
+def test_retries_do_not_pile_up_expiry_entries() -> None:
+    acc, cluster, _ = make_acc(3, linger=0.0)
+    append(acc, cluster, 0, T0)
+    for attempt in range(50):
+        now = T0 + attempt
+        append(acc, cluster, 0, now)  # the partition keeps data behind the retried batch
+        [batch] = drain_all(acc, cluster, now)
+        acc.reenqueue(batch, now, backoff=0.0)
+        acc.expired_batches(now)
+    assert len(acc._index._expiry) <= 3
+
+
+def test_batches_expire_at_their_deadline_not_before() -> None:
+    created, timeout = 1076.3774618976613, 51.014
+    deadline = created + timeout  # where created + timeout and now - created disagree
+    acc = RecordAccumulator(
+        BufferPool(64 * BATCH, BATCH), batch_size=BATCH, linger=0.0, delivery_timeout=timeout
+    )
+    cluster = CountingCluster(StaticCluster.uniform({TOPIC: 3}, nodes=3))
+    append(acc, cluster, 0, created)
+    assert acc.expired_batches(deadline - 0.0005) == []
+    [expired] = acc.expired_batches(deadline)
+    assert expired.created == created
+    assert acc.queued_batches(TopicPartition(TOPIC, 0)) == 0
+
+
+def test_new_metadata_keeps_the_drain_rotation_where_it_was() -> None:
+    acc, cluster, _ = make_acc(9)  # node 0 leads t-0, t-3, t-6
+    for p in (0, 3, 6):
+        for _ in range(3):
+            append(acc, cluster, p, T0, size=BATCH // 2)
+    order = []
+    for turn in range(6):
+        # Same leaders, new metadata version every turn.
+        cluster.move(StaticCluster.uniform({TOPIC: 9}, nodes=3))
+        batches = drain_all(acc, cluster, T0 + 1 + turn, max_size=1)
+        order.append(batches[0].tp.partition)
+        finish(acc, batches)
+    assert sorted(order[:3]) == [0, 3, 6]
+    assert order[3:] == order[:3]

@@ -67,3 +67,24 @@ async def test_a_new_batch_after_a_quiet_spell_is_sent_after_its_linger() -> Non
         await future
         waited = loop.time() - start
     assert 0.019 <= waited <= 0.03, waited
+
+
+async def test_a_batch_a_thread_opens_during_a_sender_turn_wakes_the_sender() -> None:
+    # A turn may have looked at the queues before the thread's batch opened; it must not then
+    # sleep on a deadline that knows nothing of it.
+    fake = CountingKafka(StaticCluster.uniform({"t": 3}, nodes=3))
+    producer = Producer("fake:9092", kafka=fake, linger_ms=5)
+    async with producer:
+        sender = producer._sender
+        assert sender is not None
+        await asyncio.sleep(0.1)  # the sender sleeps with nothing to do
+        turns = fake.turns
+        sender._deadline = float("-inf")  # what a thread reads while a turn runs
+        await asyncio.to_thread(sender.wake_by_threadsafe, 1e18)
+        await asyncio.sleep(0.01)
+        assert fake.turns > turns
+        # Asleep, a deadline no sooner than its own wakes nothing.
+        turns = fake.turns
+        await asyncio.to_thread(sender.wake_by_threadsafe, sender._deadline)
+        await asyncio.sleep(0.01)
+        assert fake.turns == turns
