@@ -536,10 +536,14 @@ class RecordAccumulator:
         loads: dict[str, dict[int, int]] = {}
         excluded: dict[str, set[int]] = {}
         batches = self._batches
+        known = self._tps
         for tp in index.nonempty:
             topic = tp.topic
             if topic not in topics:
                 continue
+            parts = known.get(topic)
+            if parts is None or len(parts) < 2:
+                continue  # one partition: nothing to choose between, nothing to weigh
             leader = index.leader(tp)
             if leader < 0:
                 continue
