@@ -148,28 +148,27 @@ class Result:
     topics_asked: int
 
 
+async def timed(send: Send, topics: list[str], concurrency: int) -> Result:
+    """Send one record per topic, then wait for every acknowledgement, counting metadata."""
+    before = MetadataCount(COUNT.requests, COUNT.topics)
+    start = time.perf_counter()
+    futures = await send_all(send, topics, concurrency)
+    sent = time.perf_counter() - start
+    await asyncio.gather(*futures)
+    acked = time.perf_counter() - start
+    return Result(sent, acked, COUNT.requests - before.requests, COUNT.topics - before.topics)
+
+
 async def run_aioaccum(bootstrap: str, topics: list[str], concurrency: int) -> Result:
     async with Producer(bootstrap, linger_ms=5) as producer:
-        before = MetadataCount(COUNT.requests, COUNT.topics)
-        start = time.perf_counter()
-        futures = await send_all(lambda t: producer.send(t, b"x"), topics, concurrency)
-        sent = time.perf_counter() - start
-        await asyncio.gather(*futures)
-        acked = time.perf_counter() - start
-        return Result(sent, acked, COUNT.requests - before.requests, COUNT.topics - before.topics)
+        return await timed(lambda t: producer.send(t, b"x"), topics, concurrency)
 
 
 async def run_aiokafka(bootstrap: str, topics: list[str], concurrency: int) -> Result:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     try:
-        before = MetadataCount(COUNT.requests, COUNT.topics)
-        start = time.perf_counter()
-        futures = await send_all(lambda t: producer.send(t, b"x"), topics, concurrency)
-        sent = time.perf_counter() - start
-        await asyncio.gather(*futures)
-        acked = time.perf_counter() - start
-        return Result(sent, acked, COUNT.requests - before.requests, COUNT.topics - before.topics)
+        return await timed(lambda t: producer.send(t, b"x"), topics, concurrency)
     finally:
         await producer.stop()
 

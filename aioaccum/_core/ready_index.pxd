@@ -48,3 +48,5 @@ cdef class ReadyIndex:
     cdef _unqueue(self, tp)
 
     cdef _rebuild(self, cluster, version)
+
+    cdef _forget_placement(self)

@@ -131,14 +131,9 @@ class ReadyIndex:
 
     def clear(self) -> None:
         """Every queue was emptied (an abort): forget everything."""
+        self._forget_placement()
         self._touched = []
         self.nonempty = set()
-        self._leaderless = set()
-        self._rotations = {}
-        self._queued = {}
-        self._queued_on = {}
-        self._sendable = {}
-        self._sendable_on = {}
         self._lingers = collections.deque()
         self._timers = []
         self._timed = {}
@@ -190,6 +185,11 @@ class ReadyIndex:
         order.extend(self._touched)
         self._cluster = cluster
         self._version = version
+        self._forget_placement()
+        self._touched = order
+
+    def _forget_placement(self) -> None:
+        """Forget where each partition was placed: leaders, rotations, sendable, timers."""
         self._leaders = {}
         self._leaderless = set()
         self._rotations = {}
@@ -198,7 +198,6 @@ class ReadyIndex:
         self._sendable = {}
         self._sendable_on = {}
         self._timed = {}
-        self._touched = order
 
     def ready_nodes(self, forced: bool) -> set[int]:
         """Nodes with a first batch that may go now; with ``forced`` (flush, close, a pool with
