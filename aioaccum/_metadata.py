@@ -45,6 +45,7 @@ from aiokafka.structs import TopicPartition
 __all__ = ["MAX_TOPICS_PER_REQUEST", "MergingClusterMetadata", "MetadataClient"]
 
 MAX_TOPICS_PER_REQUEST = 500
+_WARN_EVERY = 10.0  # seconds between warnings that no broker answered
 """The most topics one metadata request names; more are asked in several requests."""
 
 _BOOTSTRAP = ("bootstrap", ConnectionGroup.DEFAULT)
@@ -180,6 +181,7 @@ class MetadataClient(AIOKafkaClient):  # type: ignore[misc]  # aiokafka is untyp
         self._new_topics: dict[str, asyncio.Future[None]] = {}
         self._new_topics_task: asyncio.Task[None] | None = None
         self._closed = False
+        self._warned_at = -_WARN_EVERY
 
     async def close(self) -> None:
         self._closed = True
@@ -262,10 +264,19 @@ class MetadataClient(AIOKafkaClient):  # type: ignore[misc]  # aiokafka is untyp
             try:
                 response = await self.send(node_id, request)
             except (TimeoutError, KafkaError, OSError) as exc:
-                log.warning("metadata request to node %s failed: %r", node_id, exc)
+                log.debug("metadata request to node %s failed: %r", node_id, exc)
                 continue
             return response if response.brokers else None
-        log.error("no node answered a metadata request naming %d topic(s)", len(topics))
+        # Waiters ask again every retry backoff while brokers are away: say so now and then,
+        # not ten times a second.
+        now = time.monotonic()
+        if now - self._warned_at >= _WARN_EVERY:
+            self._warned_at = now
+            log.warning(
+                "no broker answered a metadata request naming %d topic(s) (nodes tried: %d); "
+                "retrying, this is logged at most every %.0f s",
+                len(topics), len(nodes), _WARN_EVERY,
+            )
         return None
 
     def _close_bootstrap_connection(self) -> None:

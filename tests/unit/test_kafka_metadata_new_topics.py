@@ -10,6 +10,7 @@ ClusterMetadata included) whose ``send`` a stand-in broker answers: no sockets, 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import Any
 
@@ -329,12 +330,19 @@ async def test_a_wait_that_gives_up_leaves_the_shared_request_to_the_others(
     assert client.asked == [["slow"]]
 
 
-async def test_a_request_no_node_answers_is_tried_again(make: Make) -> None:
+async def test_a_request_no_node_answers_is_tried_again(
+    make: Make, caplog: pytest.LogCaptureFixture
+) -> None:
     adapter, client = make({"flaky": 1})
     failures = iter(range(3 * 2))  # every node fails twice, i.e. two whole rounds
     client.fail_if = lambda asked: next(failures, None) is not None
-    assert await adapter.wait_for_topic("flaky", timeout=5) == [0]
+    with caplog.at_level(logging.DEBUG, logger="aioaccum._metadata"):
+        assert await adapter.wait_for_topic("flaky", timeout=5) == [0]
     assert client.asked == [["flaky"]]
+    # Two rounds failed on every node: one warning, not one line per node and round.
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "no broker answered" in warnings[0].getMessage()
 
 
 async def test_with_no_topic_tracked_a_full_refresh_asks_for_none(make: Make) -> None:
