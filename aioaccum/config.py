@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, TypeVar
 
+from aioaccum._core.codecs import CompressionType, ensure_codec_available
 from aioaccum._core.partitioner import Partitioner
 from aioaccum._settings import (
     FIELDS,
@@ -296,6 +297,9 @@ class _Rules:
 
     def apply(self, v: dict[str, Any], explicit: set[str]) -> None:
         self.compression_level(v["compression_type"], v["compression_level"])
+        # Here, not when the first batch is drained: a missing codec library must stop the
+        # producer from being made, not fail records (and the sender) later.
+        ensure_codec_available(CompressionType.from_name(v["compression_type"]))
         self.security(v)
         n = self.name
         if v["batch_size"] > v["buffer_memory"]:

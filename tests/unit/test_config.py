@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 import logging
 import ssl
+import sys
 from typing import Any
 
 import pytest
@@ -570,3 +571,18 @@ def test_ssl_context_cannot_come_from_a_property_string() -> None:
     assert property_error({"ssl_context": "default"}) == (
         "ssl_context must be an ssl.SSLContext, not a string"
     )
+
+
+@pytest.mark.parametrize(
+    ("codec", "module", "extra"),
+    [("zstd", "zstandard", "zstd"), ("snappy", "cramjam", "snappy"), ("lz4", "lz4.frame", None)],
+)
+def test_a_codec_whose_library_is_missing_is_refused_at_construction(
+    monkeypatch: pytest.MonkeyPatch, codec: str, module: str, extra: str | None
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError
+    with pytest.raises(ConfigError, match=f"compression_type {codec!r} needs the") as info:
+        ProducerConfig(compression_type=codec)
+    hint = f"pip install 'aioaccum[{extra}]'" if extra else "pip install lz4"
+    assert hint in str(info.value)
+    ProducerConfig(compression_type="gzip")  # zlib is always there
