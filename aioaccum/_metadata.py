@@ -56,6 +56,41 @@ _View = tuple[dict[str, dict[int, Any]], dict[Any, set[TopicPartition]], set[str
 log = logging.getLogger(__name__)
 
 
+class _OncePerTopic(logging.Filter):
+    """Lets aiokafka's "Topic X not found in cluster metadata" through once per topic every
+    ``_WARN_EVERY`` seconds. A send waiting for a topic that does not exist asks again every
+    retry backoff, and each answer would log it: 600 lines in a default ``max_block_ms``."""
+
+    _TEMPLATE = "Topic %s not found in cluster metadata"
+    _MAX_TOPICS = 1024
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._logged_at: dict[object, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != self._TEMPLATE or not isinstance(record.args, tuple) or not record.args:
+            return True
+        topic = record.args[0]
+        now = time.monotonic()
+        last = self._logged_at.get(topic)
+        if last is not None and now - last < _WARN_EVERY:
+            return False
+        if len(self._logged_at) >= self._MAX_TOPICS:
+            self._logged_at.clear()
+        self._logged_at[topic] = now
+        return True
+
+
+_ONCE_PER_TOPIC = _OncePerTopic()
+
+
+def _limit_missing_topic_logs() -> None:
+    cluster_logger = logging.getLogger("aiokafka.cluster")
+    if _ONCE_PER_TOPIC not in cluster_logger.filters:
+        cluster_logger.addFilter(_ONCE_PER_TOPIC)
+
+
 class MergingClusterMetadata(ClusterMetadata):  # type: ignore[misc]  # aiokafka is untyped here
     """aiokafka's cluster view, which can also take answers naming only some of its topics.
 
@@ -174,6 +209,7 @@ class MetadataClient(AIOKafkaClient):  # type: ignore[misc]  # aiokafka is untyp
         self, *, max_topics_per_request: int = MAX_TOPICS_PER_REQUEST, **settings: Any
     ) -> None:
         super().__init__(**settings)
+        _limit_missing_topic_logs()
         self.cluster = MergingClusterMetadata(metadata_max_age_ms=self._metadata_max_age_ms)
         self._max_topics = max_topics_per_request
         # New topic -> resolved once a request naming it was answered (or could not be sent);

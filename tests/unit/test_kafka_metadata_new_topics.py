@@ -283,18 +283,23 @@ async def test_an_unauthorized_topic_raises_the_same_error_as_before(make: Make)
     assert client.asked == [["secret"]]
 
 
-async def test_a_missing_topic_times_out_with_the_same_message(make: Make) -> None:
+async def test_a_missing_topic_times_out_with_the_same_message(
+    make: Make, caplog: pytest.LogCaptureFixture
+) -> None:
     adapter, client = make({"present": 1})
     message = (
         "topic 'ghost' not present in metadata after 2000 ms; create the topic "
         "(auto-creation may be off) or raise max_block_ms"
     )
-    with pytest.raises(ProducerTimeoutError) as info:
+    with caplog.at_level(logging.DEBUG), pytest.raises(ProducerTimeoutError) as info:
         await adapter.wait_for_topic("ghost", timeout=2.0)
     assert str(info.value) == message
     # Asked alone, about once per retry_backoff_ms (100 ms) until the deadline.
     assert set(client.named()) == {"ghost"}
     assert 15 <= len(client.asked) <= 21
+    # Each answer says the topic is missing; the log says it once, not once per answer.
+    missing = [r for r in caplog.records if "not found in cluster metadata" in r.getMessage()]
+    assert len(missing) == 1, len(missing)
 
 
 async def test_a_topic_auto_created_meanwhile_is_found_on_a_later_round(make: Make) -> None:
