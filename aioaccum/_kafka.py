@@ -300,12 +300,11 @@ class AioKafkaAdapter:
         # Topic -> when it was last seen in use (Java's ProducerMetadata keeps the same map),
         # for forgetting topics idle for metadata_max_idle_ms.
         self._tracked_topics: dict[str, float] = {}
-        # Leaders and available partitions, asked per partition on every sender turn and on
-        # every sticky switch: answered from dicts until the next metadata update, so that no
-        # Python-level call runs while the accumulator's lock is held.
-        self._leaders: dict[TopicPartition, int | None] = {}
+        # Available partitions, asked on every sticky switch: answered from a dict until the
+        # next metadata update. (Leaders need no such cache: the accumulator's ready index
+        # asks once per partition and metadata version.)
         self._available: dict[str, list[int]] = {}
-        self._leaders_version = -1
+        self._available_version = -1
 
     @property
     def client(self) -> AIOKafkaClient:
@@ -435,21 +434,9 @@ class AioKafkaAdapter:
 
     # --- cluster view
 
-    def _leader_cache_current(self) -> None:
-        if self._leaders_version != self._metadata_version:
-            self._leaders = {}
-            self._available = {}
-            self._leaders_version = self._metadata_version
-
     def leader_for(self, tp: TopicPartition) -> int | None:
-        self._leader_cache_current()
-        leader = self._leaders.get(tp, -1)
-        if leader != -1:
-            return leader
         found = self.client.cluster.leader_for_partition(KafkaTopicPartition(tp[0], tp[1]))
-        leader = None if found is None or found < 0 else int(found)
-        self._leaders[tp] = leader
-        return leader
+        return None if found is None or found < 0 else int(found)
 
     def partitions_for_node(self, node: int) -> Sequence[TopicPartition]:
         if self._node_partitions_version != self._metadata_version:
@@ -489,7 +476,9 @@ class AioKafkaAdapter:
         self._tracked_topics[topic] = self._clock()
 
     def available_partitions_for_topic(self, topic: str) -> Sequence[int]:
-        self._leader_cache_current()
+        if self._available_version != self._metadata_version:
+            self._available = {}
+            self._available_version = self._metadata_version
         cached = self._available.get(topic)
         if cached is None:
             parts = self.client.cluster.available_partitions_for_topic(topic)
