@@ -14,9 +14,11 @@ from aioaccum.errors import (
     ConfigError,
     DeliveryTimeoutError,
     ProducerClosedError,
+    ProducerFailedError,
     ProducerTimeoutError,
     RecordTooLargeError,
     SerializationError,
+    TopicAuthorizationError,
 )
 from aioaccum.pool import BufferPool, PoolStats
 from aioaccum.producer import Producer, ProducerState
@@ -38,12 +40,14 @@ __all__ = [
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",
+    "ProducerFailedError",
     "ProducerState",
     "ProducerTimeoutError",
     "RecordMetadata",
     "RecordTooLargeError",
     "SerializationError",
     "ThreadRecordFuture",
+    "TopicAuthorizationError",
     "__version__",
     "wait_all",
 ]

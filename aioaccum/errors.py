@@ -16,9 +16,11 @@ __all__ = [
     "ConfigError",
     "DeliveryTimeoutError",
     "ProducerClosedError",
+    "ProducerFailedError",
     "ProducerTimeoutError",
     "RecordTooLargeError",
     "SerializationError",
+    "TopicAuthorizationError",
 ]
 
 
@@ -38,6 +40,15 @@ class ProducerClosedError(AioAccumError):
     """The producer (or its buffer pool) was closed before the operation could finish."""
 
 
+class ProducerFailedError(ProducerClosedError):
+    """The producer stopped on an error it cannot go on from; ``__cause__`` is that error.
+
+    Records it held and every later call fail with this error. Create a new producer; a
+    ``ProducerFailedError`` is also a :class:`ProducerClosedError`, so code that handles a
+    closed producer handles this one too.
+    """
+
+
 class RecordTooLargeError(AioAccumError):
     """A record can never be sent: it is larger than a limit that no amount of waiting lifts."""
 
@@ -51,7 +62,27 @@ class BufferExhaustedError(ProducerTimeoutError):
 
 
 class DeliveryTimeoutError(ProducerTimeoutError):
-    """A record was not acknowledged within ``delivery_timeout_ms``."""
+    """A record was not acknowledged within ``delivery_timeout_ms``, or can no longer be.
+
+    Attributes:
+        possibly_written: The record was sent and no definite answer came back (the request
+            timed out or its connection was lost), so the broker may have written it. False
+            means it never left the producer, or every broker answer refused it: it is not
+            in the log. Re-send a possibly written record only if a duplicate is acceptable.
+    """
+
+    def __init__(self, message: str, *, possibly_written: bool = False) -> None:
+        super().__init__(message)
+        self.possibly_written = possibly_written
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_delivery_timeout, (type(self), str(self), self.possibly_written))
+
+
+def _rebuild_delivery_timeout(
+    cls: type[DeliveryTimeoutError], message: str, possibly_written: bool
+) -> DeliveryTimeoutError:
+    return cls(message, possibly_written=possibly_written)
 
 
 class AuthenticationError(AioAccumError):
@@ -97,3 +128,25 @@ def _rebuild_broker_error(
     cls: type[BrokerError], message: str, errno: int, retriable: bool, invalid_metadata: bool
 ) -> BrokerError:
     return cls(message, errno=errno, retriable=retriable, invalid_metadata=invalid_metadata)
+
+
+class TopicAuthorizationError(BrokerError):
+    """The broker refused this producer's principal access to a topic (Kafka's
+    TOPIC_AUTHORIZATION_FAILED, error code 29; Java's ``TopicAuthorizationException``).
+
+    ``send()`` raises it when the topic's metadata is refused (DESCRIBE is denied); a record's
+    future ends with it when the write is (WRITE is denied). The message names the topic.
+    Retrying cannot help until an ACL allows the principal WRITE and DESCRIBE on the topic.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        errno: int = 29,  # TOPIC_AUTHORIZATION_FAILED: a literal, as kafka_errors imports us
+        retriable: bool = False,
+        invalid_metadata: bool = False,
+    ) -> None:
+        super().__init__(
+            message, errno=errno, retriable=retriable, invalid_metadata=invalid_metadata
+        )

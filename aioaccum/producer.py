@@ -44,6 +44,7 @@ from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
     ConfigError,
     ProducerClosedError,
+    ProducerFailedError,
     ProducerTimeoutError,
     RecordTooLargeError,
 )
@@ -64,6 +65,7 @@ log = logging.getLogger(__name__)
 _NO_HEADERS: list[tuple[str, bytes | None]] = []
 _RECORD_BOUND = RECORD_BATCH_OVERHEAD + MAX_RECORD_OVERHEAD + 10
 _MAX_TIMESTAMP = 2**63 - 1  # the batch header's int64
+_CLOSE_GRACE_S = 1.0  # for connections and tasks once every record has its outcome
 # Set in the context of the sender task (and the tasks it starts) to the producer it serves.
 _SENDER_OF: contextvars.ContextVar[Producer | None] = contextvars.ContextVar(
     "aioaccum_sender_of", default=None
@@ -212,9 +214,11 @@ class Producer:
         """Stop accepting records, deliver what is buffered, then release everything.
 
         Args:
-            timeout: Seconds to wait for buffered records; ``None`` waits as long as
-                ``delivery_timeout_ms`` allows. Records still unsent after it fail with
-                :class:`ProducerClosedError`.
+            timeout: Seconds to wait for buffered records. ``None`` waits until each has an
+                outcome, which the delivery timeout bounds: at most ``delivery_timeout_ms``
+                after the last ``send()``. Records still unsent after it fail with
+                :class:`ProducerClosedError`. Closing the connections afterwards takes at most
+                another second, even when a broker does not answer.
         """
         self._refuse_inside_sender("close")
         if self._state is ProducerState.CLOSED:
@@ -222,22 +226,42 @@ class Producer:
         self._move(ProducerState.CLOSED)
         self._parts = None
         sender, task = self._sender, self._sender_task
+        if timeout is None:
+            cfg = self._config
+            # A backstop only: the sender's expiry ends every record well before it.
+            timeout = (cfg.delivery_timeout_ms + cfg.request_timeout_ms) / 1000
         try:
             if sender is not None and task is not None:
                 sender.initiate_close()
                 done, _ = await asyncio.wait({task}, timeout=timeout)
                 if not done:
-                    sender.force_close()
-                try:
-                    await task
-                except Exception as exc:
+                    sender.force_close()  # every record has its outcome when this returns
+                    done, _ = await asyncio.wait({task}, timeout=_CLOSE_GRACE_S)
+                if not done:
+                    # Its records have their outcomes; only a task that ignores cancellation
+                    # can keep it, and close does not wait for that.
+                    log.warning(
+                        "the sender did not stop within %.1f s of being told to; cancelling it",
+                        _CLOSE_GRACE_S,
+                    )
+                    task.cancel()
+                if task.done() and not task.cancelled() and task.exception() is not None:
                     # Already logged by the sender, and every record it held has failed.
-                    log.debug("sender ended with %r", exc)
+                    log.debug("sender ended with %r", task.exception())
         finally:
             if self._pool is not None:
                 self._pool.close()
             if self._kafka is not None:
-                await self._kafka.close()
+                await self._close_kafka(self._kafka)
+
+    async def _close_kafka(self, kafka: KafkaAdapter) -> None:
+        closing = asyncio.ensure_future(kafka.close())
+        done, _ = await asyncio.wait({closing}, timeout=_CLOSE_GRACE_S)
+        if not done:
+            log.warning("closing the broker connections took over %.1f s; left to finish "
+                        "in the background", _CLOSE_GRACE_S)
+        elif not closing.cancelled() and closing.exception() is not None:
+            log.warning("closing the broker connections failed: %r", closing.exception())
 
     def _refuse_inside_sender(self, what: str) -> None:
         """Raise instead of deadlocking when the sender's own tasks would wait for the sender.
@@ -275,7 +299,10 @@ class Producer:
             raise ProducerClosedError("cannot send: call await producer.start() first")
         fatal = self._sender.fatal_error
         if fatal is not None:
-            raise ProducerClosedError(f"the sender stopped on an error: {fatal!r}") from fatal
+            raise ProducerFailedError(
+                f"the producer stopped on an error and takes no more records: {fatal!r}; "
+                "create a new one"
+            ) from fatal
         return self._kafka, self._acc, self._sender
 
     async def send(
@@ -748,9 +775,12 @@ class Producer:
             async with asyncio.timeout(timeout):
                 while any(not b.is_finished for b in pending):
                     if sender.fatal_error is not None:
-                        raise ProducerClosedError(
-                            f"the sender stopped on an error: {sender.fatal_error!r}"
-                        )
+                        raise ProducerFailedError(
+                            f"the producer stopped on an error while flushing: "
+                            f"{sender.fatal_error!r}; create a new one"
+                        ) from sender.fatal_error
+                    if sender.stopped:
+                        raise ProducerClosedError("the producer closed while flushing")
                     await sender.wait_for_progress()
         finally:
             acc.end_flush()

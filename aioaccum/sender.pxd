@@ -17,4 +17,5 @@ cdef class Sender:
     cdef public bint _wake_scheduled
     cdef public list _progress
     cdef public long long _ended_seen
+    cdef public bint _stopped
     cdef object __weakref__

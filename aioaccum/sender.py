@@ -20,6 +20,7 @@ from typing import Any
 
 from aioaccum._core.sender_core import (
     Action,
+    EpochBumped,
     InitProducerId,
     Produce,
     RefreshMetadata,
@@ -72,6 +73,7 @@ class Sender:
         self._wake_scheduled = False
         self._progress: list[asyncio.Future[None]] = []
         self._ended_seen = 0
+        self._stopped = False
 
     # --- control from the producer
 
@@ -135,9 +137,19 @@ class Sender:
         self.wakeup()
 
     def force_close(self) -> None:
-        """Stop now; whatever is not acknowledged fails with ``ProducerClosedError``."""
+        """Stop now; whatever is not acknowledged fails with ``ProducerClosedError`` before this
+        returns, so no record waits on a request or a task that never ends."""
         self.core.force_close()
+        self.abandon()
         self.wakeup()
+
+    def abandon(self) -> None:
+        """End every record that has not ended and wake whoever waits for one (the last word
+        of any stop, however the loop ended)."""
+        try:
+            self.core.abandon()
+        finally:
+            self._notify_progress(always=True)
 
     @property
     def in_flight_requests(self) -> int:
@@ -151,8 +163,16 @@ class Sender:
         """Whether ``task`` is one the sender started (a request, or InitProducerId)."""
         return task in self._tasks
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the loop has ended: nothing will make progress any more."""
+        return self._stopped
+
     async def wait_for_progress(self) -> None:
-        """Return after the next batch ends (flush waits on this)."""
+        """Return after the next batch ends, or at once once the sender has stopped (flush
+        waits on this)."""
+        if self._stopped:
+            return
         fut = asyncio.get_running_loop().create_future()
         self._progress.append(fut)
         await fut
@@ -189,8 +209,10 @@ class Sender:
             core.force_close()
             raise
         except BaseException as exc:
+            if core.fatal_error is None:
+                log.error("the aioaccum sender stopped on an error; every record not yet "
+                          "acknowledged fails with ProducerFailedError", exc_info=exc)
             core.fail(exc)
-            log.error("the aioaccum sender stopped on an error", exc_info=exc)
             raise
         finally:
             await self._shutdown()
@@ -202,6 +224,12 @@ class Sender:
             self._kafka.request_metadata_update(action.topics)
         elif isinstance(action, InitProducerId):
             self._start(self._init_producer_id())
+        elif isinstance(action, EpochBumped):
+            log.info(
+                "producer id %d goes on with epoch %d after a sequence error: %d queued "
+                "batch(es) re-stamped, %d failed as possibly written",
+                action.producer_id, action.epoch, action.restamped, action.dropped,
+            )
 
     def _start(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
@@ -279,9 +307,11 @@ class Sender:
             core.on_request_cancelled(node, batches)
             raise
         except Exception as exc:
-            # A bug must not strand records: fail whatever this request still holds.
+            # A bug: fail what this request holds, then stop the producer, for the state it
+            # left (sequences, mutes, buffers) cannot be trusted any more.
             log.exception("unexpected error while sending to node %d", node)
             core.on_request_crashed(node, batches, exc)
+            core.fail(exc)
         finally:
             # Buffers came back even where no batch ended (an expired one was waiting for
             # them), and flush() waits for those too.
@@ -291,14 +321,17 @@ class Sender:
     # --- shutdown
 
     async def _shutdown(self) -> None:
-        tasks = list(self._tasks)
-        if self.core.aborts_in_flight:
+        self._stopped = True
+        try:
+            # Every record has an outcome when the loop ends on its own (see must_run), so a
+            # request still out only holds buffers: cancelling it loses nothing.
+            tasks = list(self._tasks)
             for task in tasks:
                 task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        self.core.abort_undrained()
-        self._notify_progress(always=True)
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self.abandon()
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

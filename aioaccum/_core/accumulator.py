@@ -56,7 +56,7 @@ from aioaccum._core.records import (
     MemoryRecordsBuilder,
     estimate_size_in_bytes_upper_bound,
 )
-from aioaccum.errors import ProducerClosedError
+from aioaccum.errors import ProducerClosedError, ProducerFailedError
 
 if TYPE_CHECKING:
     from aioaccum._core.records import Header
@@ -451,7 +451,10 @@ class RecordAccumulator:
         fatal = self.fatal_error
         if fatal is None:
             return ProducerClosedError("cannot append: the producer is closed")
-        error = ProducerClosedError(f"the sender stopped on an error: {fatal!r}")
+        error = ProducerFailedError(
+            f"the producer stopped on an error and takes no more records: {fatal!r}; "
+            "create a new one"
+        )
         error.__cause__ = fatal
         return error
 
@@ -643,6 +646,28 @@ class RecordAccumulator:
                     count += 1
             return count
 
+    def take_possibly_written(self) -> list[ProducerBatch]:
+        """Remove and return the queued batches that were sent without a definite answer.
+
+        Before sequences start over under a new epoch: such a batch may be in the log already,
+        and under new sequences the broker could not tell a second copy from new records.
+        """
+        with self._lock:
+            taken: list[ProducerBatch] = []
+            for tp, dq in self._batches.items():
+                if not any(batch.possibly_written for batch in dq):
+                    continue
+                keep = [batch for batch in dq if not batch.possibly_written]
+                taken.extend(batch for batch in dq if batch.possibly_written)
+                dq.clear()
+                dq.extend(keep)
+                if keep:
+                    self._index.put_back(tp, keep[0].created)
+                else:
+                    self._index.mute(tp)
+                    self._index.touch(tp)
+            return taken
+
     def split_and_reenqueue(self, big: ProducerBatch, now: float, backoff: float) -> int:
         """Re-batch a batch the broker refused as too large; returns the number of new batches.
 
@@ -679,6 +704,7 @@ class RecordAccumulator:
                     part.set_producer_state(producer.producer_id, producer.epoch, sequence)
                     sequence += part.record_count
                 self._incomplete.add(part)
+                part.possibly_written = big.possibly_written
                 part.attempts = big.attempts
                 part.reenqueued(now, backoff)
                 self._insert_in_sequence_order(part)
@@ -738,24 +764,42 @@ class RecordAccumulator:
     def has_incomplete(self) -> bool:
         return bool(self._incomplete)
 
-    def abort_undrained_batches(self, error: BaseException) -> list[ProducerBatch]:
-        """Abort every queued batch (the sender aborts its in-flight ones itself)."""
+    def has_unended(self) -> bool:
+        """Whether a record appended has neither been acknowledged nor failed yet. A batch
+        whose records ended while its request is still out only holds its buffer."""
+        with self._lock:
+            return any(not batch.is_done for batch in self._incomplete)
+
+    def abort_unended(self, error: BaseException) -> list[ProducerBatch]:
+        """End every batch that has not ended with ``error``: the queued ones, and any a
+        failure left outside both the queues and the sender's requests (a drain that raised
+        half-way). The last step of a stop; returns the batches it ended."""
         with self._lock:
             aborted: list[ProducerBatch] = []
             for dq in self._batches.values():
                 while dq:
                     batch = dq.popleft()
-                    batch.close()
-                    batch.abort(error)
+                    if _abort_quietly(batch, error):
+                        aborted.append(batch)
                     self.deallocate(batch)
-                    aborted.append(batch)
             self._index.clear()
+            for batch in list(self._incomplete):
+                if _abort_quietly(batch, error):
+                    aborted.append(batch)
+                    self.deallocate(batch)
             return aborted
 
     def queued_batches(self, tp: TopicPartition) -> int:
         with self._lock:
             dq = self._batches.get(tp)
             return len(dq) if dq else 0
+
+
+def _abort_quietly(batch: ProducerBatch, error: BaseException) -> bool:
+    """Abort a batch on the way out. Sealing its bytes is skipped: an abort sends nothing, and
+    the failure being cleaned up may be the codec itself."""
+    batch.closed = True
+    return batch.abort(error)
 
 
 def _append_moved(

@@ -19,6 +19,7 @@ cdef class ProducerBatch:
     cdef public double created
     cdef public bint from_pool
     cdef public double last_attempt
+    cdef public bint possibly_written
     cdef public ProduceRequestResult result
     cdef public object split_into
     cdef public object tp

@@ -79,6 +79,7 @@ class ProducerBatch:
         "created",
         "from_pool",
         "last_attempt",
+        "possibly_written",
         "result",
         "split_into",
         "tp",
@@ -106,6 +107,8 @@ class ProducerBatch:
         self.last_attempt = now
         self.attempts = 0
         self.base_sequence = -1
+        # Sent at least once without a definite answer: the broker may hold it already.
+        self.possibly_written = False
         self.split_into: list[ProducerBatch] | None = None
         self.result = ProduceRequestResult(tp, loop)
         # Each record's future (None for records of a bulk run): kept only so that a split can

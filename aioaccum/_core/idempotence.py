@@ -14,12 +14,13 @@ from __future__ import annotations
 from aioaccum._core.batch import ProducerBatch
 from aioaccum._core.cluster import TopicPartition
 
-__all__ = ["ProducerIdAndEpoch", "TopicPartitionEntry", "TransactionManager"]
+__all__ = ["MAX_EPOCH", "ProducerIdAndEpoch", "TopicPartitionEntry", "TransactionManager"]
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 _SEQUENCE_SPACE = 2**31
+MAX_EPOCH = 2**15 - 1  # an int16 on the wire
 
 
 class ProducerIdAndEpoch:
@@ -129,6 +130,21 @@ class TransactionManager:
         """
         if self.producer.is_valid:
             self.needs_reset = True
+
+    def bump_epoch(self) -> bool:
+        """Go on under the same producer id with the next epoch (KIP-360, as Java's idempotent
+        producer does it on the client): every partition's sequences start again at 0, and
+        the broker refuses any request still on its way with the old epoch once the new one
+        has written. False when the epoch is exhausted: then only a new producer id helps.
+
+        The broker ignores a producer id and epoch in InitProducerId without a transactional
+        id and hands out a new id, so for an idempotent producer the bump is made here.
+        """
+        producer = self.producer
+        if not producer.is_valid or producer.epoch >= MAX_EPOCH:
+            return False
+        self.set_producer_id_and_epoch(producer.producer_id, producer.epoch + 1)
+        return True
 
     @property
     def has_producer_id(self) -> bool:

@@ -43,6 +43,7 @@ from aioaccum.errors import (
     BrokerError,
     DeliveryTimeoutError,
     ProducerClosedError,
+    ProducerFailedError,
 )
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Action",
+    "EpochBumped",
     "InitProducerId",
     "PartitionAnswer",
     "Produce",
@@ -90,13 +92,24 @@ class InitProducerId(NamedTuple):
     """Ask the cluster for a producer id and epoch; answer with ``on_producer_id``."""
 
 
+class EpochBumped(NamedTuple):
+    """The producer went on under ``epoch`` after a sequence problem (for the log)."""
+
+    producer_id: int
+    epoch: int
+    restamped: int
+    """Queued batches given new sequences."""
+    dropped: int
+    """Batches failed instead, for they may be written already."""
+
+
 class Wait(NamedTuple):
     """Sleep at most ``timeout`` seconds (``inf``: until woken); always the last action."""
 
     timeout: float
 
 
-Action: TypeAlias = Produce | RefreshMetadata | InitProducerId | Wait
+Action: TypeAlias = Produce | RefreshMetadata | InitProducerId | EpochBumped | Wait
 
 
 class SenderState(enum.Enum):
@@ -118,6 +131,9 @@ _TRANSITIONS = {
     SenderState.FAILED: frozenset(),
 }
 _INF = float("inf")
+# Answers that leave a batch possibly in the log: the leader wrote it and the replication wait
+# ended without an outcome.
+_MAYBE_WRITTEN = frozenset({Errors.REQUEST_TIMED_OUT, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
 
 
 class SenderCore:
@@ -204,13 +220,12 @@ class SenderCore:
         if state is SenderState.RUNNING:
             return True
         if state is SenderState.CLOSING:
-            return self._acc.has_incomplete() or bool(self._requests)
+            # Until every record has an outcome. A request whose records all expired only holds
+            # buffers, and the shell cancels it on the way out rather than wait for an answer
+            # that may never come.
+            return self._acc.has_unended()
         return False
 
-    @property
-    def aborts_in_flight(self) -> bool:
-        """Whether requests still out must be cancelled rather than awaited."""
-        return self.state in (SenderState.FORCE_CLOSING, SenderState.FAILED)
 
     @property
     def in_flight_requests(self) -> int:
@@ -291,6 +306,7 @@ class SenderCore:
                 ):
                     continue
                 # The records fail now; the buffer waits for the request to finish with it.
+                batch.possibly_written = True
                 if batch.fail(self._delivery_timeout_error(batch, now)):
                     self._metrics.record_errors(batch.record_count)
                     self.batches_ended += 1
@@ -305,13 +321,29 @@ class SenderCore:
         return txn is not None and (not txn.has_producer_id or txn.needs_reset)
 
     def _maybe_init_producer_id(self, now: float, actions: list[Action]) -> float:
-        """Ask for a producer id when due; returns how long until an attempt may start.
+        """Get a producer id or a new epoch when due; returns how long until an attempt may
+        start.
 
         A reset waits until no request is in flight, so that every batch the broker may still
-        answer for is back in its queue before sequences start over.
+        answer for is back in its queue before sequences start over. A batch sent without a
+        definite answer then fails (``possibly_written``) instead of being re-sent under new
+        sequences, where the broker could no longer recognise a second copy.
         """
         if self._init_pending or self._requests:
             return _INF
+        txn = self._txn
+        assert txn is not None
+        if txn.has_producer_id:
+            dropped = self._acc.take_possibly_written()
+            for batch in dropped:
+                self._fail_batch(batch, self._unknown_outcome_error(batch))
+            if txn.bump_epoch():
+                restamped = self._acc.restamp_sequences()
+                producer = txn.producer
+                actions.append(
+                    EpochBumped(producer.producer_id, producer.epoch, restamped, len(dropped))
+                )
+                return 0.0
         if now + CLOCK_TOLERANCE < self._next_init_at:
             return self._next_init_at - now
         self._init_pending = True
@@ -376,13 +408,19 @@ class SenderCore:
         if isinstance(error, BrokerError) and error.invalid_metadata:
             stale.update(b.tp.topic for b in batches)
         for batch in batches:
+            # No answer came: the request may have reached the broker and been written.
+            batch.possibly_written = True
             self._on_batch_error(batch, error, now, stale)
         self._end_request(node, batches)
         return [RefreshMetadata(tuple(sorted(stale)))] if stale else []
 
     def on_request_cancelled(self, node: int, batches: list[ProducerBatch]) -> None:
         """The shell cancelled a request at shutdown: its records fail, its buffers return."""
-        error = ProducerClosedError("the producer closed before a response came")
+        error = (
+            ProducerClosedError("the producer closed before a response came")
+            if self.fatal_error is None
+            else self.closing_error()
+        )
         for batch in batches:
             if batch.abort(error):
                 self.batches_ended += 1
@@ -460,6 +498,8 @@ class SenderCore:
             # Already failed by the delivery timeout while in flight; only the buffer was waiting.
             self._acc.deallocate(batch)
             return
+        if isinstance(error, BrokerError) and error.errno in _MAYBE_WRITTEN:
+            batch.possibly_written = True
         decision = self.decide(batch, error, now)
         if decision is Decision.SPLIT:
             self._metrics.record_split()
@@ -502,9 +542,21 @@ class SenderCore:
             f"{age_ms:.0f} ms has passed since batch creation "
             f"(delivery_timeout_ms={self._delivery_timeout * 1000:.0f})"
         )
+        if batch.possibly_written:
+            message = f"{message}; sent without a definite answer, so possibly written"
         if cause is not None:
             message = f"{message}; last error: {cause}"
-        return DeliveryTimeoutError(message)
+        return DeliveryTimeoutError(message, possibly_written=batch.possibly_written)
+
+    def _unknown_outcome_error(self, batch: ProducerBatch) -> DeliveryTimeoutError:
+        return DeliveryTimeoutError(
+            f"giving up on {batch.record_count} record(s) for {batch.tp.topic}-"
+            f"{batch.tp.partition} after {batch.attempts + 1} attempt(s): an attempt got no "
+            "answer, so the broker may have written them, and the producer must start its "
+            "sequences over (a new epoch) after another batch's failure; sending them again "
+            "could write them twice. Check the topic before sending them again.",
+            possibly_written=True,
+        )
 
     # --- shutdown
 
@@ -513,13 +565,22 @@ class SenderCore:
         fatal = self.fatal_error
         if fatal is None:
             return ProducerClosedError("the producer closed before these records were sent")
-        error = ProducerClosedError(
+        error = ProducerFailedError(
             f"the producer stopped on an error before these records were sent: {fatal!r}"
         )
         error.__cause__ = fatal
         return error
 
-    def abort_undrained(self) -> None:
-        """Fail every queued batch with :meth:`closing_error` (the last step of a stop)."""
+    def abandon(self) -> None:
+        """End every record that has not ended, now, with :meth:`closing_error`: those queued,
+        those in requests still out (a late answer no longer changes them), and any a failure
+        left in neither. Nothing here waits, so a stop cannot hang on a request or a task."""
         self._acc.close()
-        self.batches_ended += len(self._acc.abort_undrained_batches(self.closing_error()))
+        error = self.closing_error()
+        for batches, _ in list(self._requests.values()):
+            for batch in batches:
+                if batch.abort(error):
+                    self.batches_ended += 1
+        self._requests.clear()
+        self._in_flight.clear()
+        self.batches_ended += len(self._acc.abort_unended(error))

@@ -310,11 +310,11 @@ async def test_split_keeps_each_records_own_result() -> None:
     assert pool.available_memory() == pool.total_memory
 
 
-async def test_abort_undrained_fails_records_and_returns_memory() -> None:
+async def test_abort_unended_fails_records_and_returns_memory() -> None:
     acc, pool = make_acc(linger=10.0)
     sinks = await append(acc, TP0, T0, n=2) + await append(acc, TP2, T0)
     error = ProducerClosedError("closing")
-    aborted = acc.abort_undrained_batches(error)
+    aborted = acc.abort_unended(error)
     assert len(aborted) == 2
     assert all(isinstance(s.error, ProducerClosedError) for s in sinks)
     assert sinks[0].error is not sinks[1].error  # each record its own copy

@@ -17,11 +17,12 @@ from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.batch import FinalState, ProducerBatch
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.futures import FutureRecordMetadata
-from aioaccum._core.idempotence import TransactionManager
+from aioaccum._core.idempotence import MAX_EPOCH, TransactionManager
 from aioaccum._core.kafka_errors import RULES, Decision, Errors, rule_for
 from aioaccum._core.lifecycle import IllegalStateTransition
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
 from aioaccum._core.sender_core import (
+    EpochBumped,
     InitProducerId,
     Produce,
     RefreshMetadata,
@@ -34,6 +35,7 @@ from aioaccum.errors import (
     BrokerError,
     DeliveryTimeoutError,
     ProducerClosedError,
+    ProducerFailedError,
     ProducerTimeoutError,
 )
 from aioaccum.metrics import ProducerMetrics
@@ -404,15 +406,50 @@ def test_unknown_producer_id_bumps_the_epoch_once_nothing_is_in_flight() -> None
     h.core.on_produce_response(0, by_node[0], {TP0: Answer(lost)}, T0)
     assert h.txn is not None
     assert h.txn.needs_reset
-    # Node 1's request is still out: no new id until its answer is in.
-    assert InitProducerId() not in h.poll(T0 + 1)
+    # Node 1's request is still out: no new epoch until its answer is in.
+    assert not any(isinstance(a, EpochBumped) for a in h.poll(T0 + 1))
     h.core.on_produce_response(1, by_node[1], {TP1: Answer(base_offset=0)}, T0 + 1)
-    assert InitProducerId() in h.poll(T0 + 1)
-    assert h.core.on_producer_id(1001, 0) == 1  # the queued batch gets new sequences
+    actions = h.poll(T0 + 1)
+    # KIP-360: the same producer id with the next epoch, made here and not asked for.
+    assert EpochBumped(1000, 1, 1, 0) in actions
+    assert InitProducerId() not in actions
     _, again = h.one_batch(TP0, T0 + 1)
-    assert stamp(again) == (1001, 0, 0)
+    assert stamp(again) == (1000, 1, 0)
     h.core.on_produce_response(0, [again], {TP0: Answer(base_offset=9)}, T0 + 1)
     assert future.result().offset == 10  # the batch's second record: the first came earlier
+
+
+def test_a_batch_sent_without_an_answer_is_not_resent_under_a_new_epoch() -> None:
+    h = idempotent_started()
+    [unanswered] = h.append(TP0, T0)
+    node, first = h.one_batch(TP0, T0)
+    # The request times out: the broker may have written it. It goes back for a retry.
+    h.core.on_produce_error(node, [first], ProducerTimeoutError("no answer in 30000 ms"), T0)
+    assert first.possibly_written
+    h.append(TP1, T0)
+    node1, second = h.one_batch(TP1, T0)
+    lost = broker(Errors.UNKNOWN_PRODUCER_ID)
+    h.core.on_produce_response(node1, [second], {TP1: Answer(lost)}, T0)
+    [later] = h.append(TP1, T0)  # queued, never sent
+    actions = h.poll(T0 + 1)
+    [bumped] = [a for a in actions if isinstance(a, EpochBumped)]
+    assert bumped.dropped == 1
+    failure = unanswered.exception()
+    assert isinstance(failure, DeliveryTimeoutError)
+    assert failure.possibly_written
+    assert "could write them twice" in str(failure)
+    assert not later.done()  # never sent: re-stamped under the new epoch and sent again
+
+
+def test_an_exhausted_epoch_takes_a_new_producer_id() -> None:
+    h = idempotent_started()
+    assert h.txn is not None
+    h.txn.set_producer_id_and_epoch(1000, MAX_EPOCH)
+    h.append(TP0, T0)
+    node, batch = h.one_batch(TP0, T0)
+    lost = broker(Errors.UNKNOWN_PRODUCER_ID)
+    h.core.on_produce_response(node, [batch], {TP0: Answer(lost)}, T0)
+    assert InitProducerId() in h.poll(T0 + 1)
 
 
 def test_init_producer_id_retries_with_backoff_and_stops_on_a_fatal_error() -> None:
@@ -431,7 +468,7 @@ def test_init_producer_id_retries_with_backoff_and_stops_on_a_fatal_error() -> N
     assert h.core.state is SenderState.FAILED
     assert h.core.fatal_error is denied
     assert not h.core.must_run
-    h.core.abort_undrained()
+    h.core.abandon()
     assert h.acc.fatal_error is denied
     assert h.held() == 0
 
@@ -456,7 +493,6 @@ def test_cancelled_request_aborts_its_records_and_frees_its_buffer() -> None:
     [future] = h.append(TP0, T0)
     node, batch = h.one_batch(TP0, T0)
     h.core.force_close()
-    assert h.core.aborts_in_flight
     h.core.on_request_cancelled(node, [batch])
     assert isinstance(future.exception(), ProducerClosedError)
     assert h.held() == 0
@@ -480,10 +516,42 @@ def test_queued_records_fail_with_the_fatal_error_as_cause() -> None:
     [future] = h.append(TP0, T0)
     bug = RuntimeError("codec exploded")
     h.core.fail(bug)
-    h.core.abort_undrained()
+    h.core.abandon()
     failure = future.exception()
-    assert isinstance(failure, ProducerClosedError)
+    assert isinstance(failure, ProducerFailedError)
     assert failure.__cause__ is bug
+
+
+def test_abandon_ends_queued_in_flight_and_stranded_records_at_once() -> None:
+    h = Harness()
+    [in_flight] = h.append(TP0, T0)
+    node, batch = h.one_batch(TP0, T0)
+    [queued] = h.append(TP0, T0)
+    [stranded] = h.append(TP1, T0)
+    # As a drain that raised half-way leaves a batch: in neither a queue nor a request.
+    h.acc._batches[TP1].clear()
+    h.core.fail(RuntimeError("drain broke"))
+    h.core.abandon()
+    for future in (in_flight, queued, stranded):
+        failure = future.exception()
+        assert isinstance(failure, ProducerFailedError)
+        assert isinstance(failure.__cause__, RuntimeError)
+    assert h.core.in_flight_requests == 0
+    assert h.held() == BATCH  # the request still out keeps its buffer until its task ends
+    h.core.on_request_cancelled(node, [batch])  # which it does later: no second outcome
+    assert isinstance(in_flight.exception(), ProducerFailedError)
+    assert h.held() == 0
+
+
+def test_closing_ends_once_every_record_has_an_outcome_even_with_a_request_out() -> None:
+    h = Harness(delivery_timeout=5.0)
+    [future] = h.append(TP0, T0)
+    h.core.initiate_close()
+    h.one_batch(TP0, T0)
+    assert h.core.must_run
+    h.poll(T0 + 5.0)  # the request never answers: its records expire in flight
+    assert isinstance(future.exception(), DeliveryTimeoutError)
+    assert not h.core.must_run  # the shell cancels the request instead of waiting for it
 
 
 def test_lifecycle_moves_are_checked() -> None:

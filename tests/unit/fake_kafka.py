@@ -158,9 +158,13 @@ class SequencedFakeKafka(FakeKafka):
     DUPLICATE_SEQUENCE_NUMBER.
     """
 
-    last_sequence: dict[tuple[int, TopicPartition], int] = field(default_factory=dict)
-    written: set[tuple[int, TopicPartition, int, int]] = field(default_factory=set)
+    # (producer id, partition) -> (epoch, last sequence written under it)
+    last_sequence: dict[tuple[int, TopicPartition], tuple[int, int]] = field(
+        default_factory=dict
+    )
+    written: set[tuple[int, int, TopicPartition, int, int]] = field(default_factory=set)
     out_of_order: int = 0
+    fenced: int = 0
     producer_ids_issued: int = 0
 
     async def produce(
@@ -176,25 +180,31 @@ class SequencedFakeKafka(FakeKafka):
             self.script.appendleft(scripted)
             return await super().produce(node, acks=acks, timeout_ms=timeout_ms, batches=batches)
         answer = dict(scripted)
-        ranges: dict[TopicPartition, tuple[int, TopicPartition, int, int]] = {}
+        ranges: dict[TopicPartition, tuple[int, int, TopicPartition, int, int]] = {}
         for tp, data in batches:
             batch = DefaultRecordBatch(bytes(data))
             count = sum(1 for _ in DefaultRecordBatch(bytes(data)))
-            key = (batch.producer_id, tp, batch.base_sequence, batch.base_sequence + count - 1)
+            pid, epoch, first = batch.producer_id, batch.producer_epoch, batch.base_sequence
+            key = (pid, epoch, tp, first, first + count - 1)
             ranges[tp] = key
-            if tp in answer or batch.producer_id < 0:
+            if tp in answer or pid < 0:
                 continue
+            known_epoch, last = self.last_sequence.get((pid, tp), (epoch, -1))
             if key in self.written:
                 answer[tp] = Errors.DUPLICATE_SEQUENCE_NUMBER
-            elif batch.base_sequence != self.last_sequence.get((batch.producer_id, tp), -1) + 1:
+            elif epoch < known_epoch:
+                # A request from before an epoch bump: the broker fences it.
+                answer[tp] = Errors.INVALID_PRODUCER_EPOCH
+                self.fenced += 1
+            elif first != (last + 1 if epoch == known_epoch else 0):
                 answer[tp] = Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
                 self.out_of_order += 1
         self.script.appendleft(answer)
         out = await super().produce(node, acks=acks, timeout_ms=timeout_ms, batches=batches)
         for tp, response in out.items():
             if response.error is None:
-                producer_id, _, _, last = ranges[tp]
-                self.last_sequence[(producer_id, tp)] = last
+                producer_id, epoch, _, _, last = ranges[tp]
+                self.last_sequence[(producer_id, tp)] = (epoch, last)
                 self.written.add(ranges[tp])
         return out
 
