@@ -42,6 +42,7 @@ from aioaccum.errors import (
     AuthenticationError,
     BrokerError,
     ProducerTimeoutError,
+    TopicAuthorizationError,
 )
 
 __all__ = [
@@ -96,18 +97,33 @@ class KafkaAdapter(Protocol):
     async def init_producer_id(self) -> tuple[int, int]: ...
 
 
-def broker_error_for_code(code: int, message: str | None = None) -> BrokerError:
+def broker_error_for_code(
+    code: int,
+    message: str | None = None,
+    *,
+    topic: str | None = None,
+    batch_bytes: int | None = None,
+) -> BrokerError:
     """A typed error for a Kafka error code.
 
-    A code named in :class:`~aioaccum._core.kafka_errors.Errors` takes its flags from the
-    sender's table (:data:`~aioaccum._core.kafka_errors.RULES`), so the error a user reads and
-    what the sender did about it agree; any other code takes aiokafka's.
+    A code named in :class:`~aioaccum._core.kafka_errors.Errors` is called by Kafka's name and
+    takes its flags from the sender's table (:data:`~aioaccum._core.kafka_errors.RULES`), so the
+    error a user reads and what the sender did about it agree; any other code takes aiokafka's
+    name and flags. TOPIC_AUTHORIZATION_FAILED is a :class:`TopicAuthorizationError`. The
+    message ends with what to change when a retry cannot help (``topic`` and ``batch_bytes``
+    make that advice concrete).
     """
+    retriable = kafka_errors.retriable(code)
     cls = kerr.for_code(code)
-    text = f"{cls.__name__} (error code {code})"
+    # aiokafka has no class for some codes a Kafka 4 broker sends (INVALID_RECORD is its
+    # "UnknownError"), and older names for others: Kafka's names are what its docs use.
+    name = cls.__name__ if retriable is None else kafka_errors.Errors(code).name
+    text = f"{name} (error code {code})"
     if message:
         text = f"{text}: {message}"
-    retriable = kafka_errors.retriable(code)
+    advice = kafka_errors.advice(code, topic=topic, batch_bytes=batch_bytes)
+    if advice:
+        text = f"{text}; {advice}" if message else f"{text}: {advice}"
     if retriable is None:
         return BrokerError(
             text,
@@ -116,7 +132,12 @@ def broker_error_for_code(code: int, message: str | None = None) -> BrokerError:
             invalid_metadata=bool(getattr(cls, "invalid_metadata", False)),
         )
     rule = kafka_errors.RULES[kafka_errors.Errors(code)]
-    return BrokerError(
+    error_class = (
+        TopicAuthorizationError
+        if code == kafka_errors.Errors.TOPIC_AUTHORIZATION_FAILED
+        else BrokerError
+    )
+    return error_class(
         text, errno=code, retriable=retriable, invalid_metadata=rule.refresh_metadata
     )
 
@@ -508,8 +529,10 @@ class AioKafkaAdapter:
                     if parts:
                         return sorted(parts)
                     if topic in client.cluster.unauthorized_topics:
+                        # The answer refused the topic: no later round will differ until an
+                        # ACL changes, so waiting out max_block_ms would only hide why.
                         raise broker_error_for_code(
-                            29, f"not authorized to write to topic {topic!r}"
+                            kafka_errors.Errors.TOPIC_AUTHORIZATION_FAILED, topic=topic
                         )
                     await asyncio.sleep(self._config.retry_backoff_ms / 1000)
         except TimeoutError:
@@ -564,7 +587,13 @@ class AioKafkaAdapter:
             for info in partitions:
                 partition, code, offset, timestamp = info[0], info[1], info[2], info[3]
                 message = info[6] if len(info) > 6 else None
-                error = broker_error_for_code(code, message) if code else None
+                error = (
+                    broker_error_for_code(
+                        code, message, topic=topic, batch_bytes=_size_of(batches, topic, partition)
+                    )
+                    if code
+                    else None
+                )
                 out[TopicPartition(topic, partition)] = PartitionResponse(
                     error, int(offset), int(timestamp)
                 )
@@ -579,6 +608,17 @@ class AioKafkaAdapter:
         if response.error_code:
             raise broker_error_for_code(response.error_code, "InitProducerId failed")
         return int(response.producer_id), int(response.producer_epoch)
+
+
+def _size_of(
+    batches: Sequence[tuple[TopicPartition, memoryview]], topic: str, partition: int
+) -> int | None:
+    """Bytes of the batch sent to one partition, for an error's message (errors are rare: a
+    search, not a map built for every request)."""
+    for tp, records in batches:
+        if tp[1] == partition and tp[0] == topic:
+            return len(records)
+    return None
 
 
 # --- the produce request, encoded in one pass

@@ -4,7 +4,8 @@ scripts/kafka imports it. Each node gets a SASL_SSL listener that accepts SCRAM-
 PLAIN over TLS; brokers still talk to each other over PLAINTEXT. At `up` a throwaway CA and one
 broker certificate (SAN: IP 127.0.0.1 and DNS localhost, shared by every node since they all
 listen on loopback) are made with the `openssl` command line into <state>/tls. The broker reads
-them as PEM, so no keystore tool (and no second JVM start) is needed.
+them as PEM, so no keystore tool (and no second JVM start) is needed. Every node also runs
+Kafka's StandardAuthorizer, open to all until a test adds an ACL (authorizer_settings).
 
 The users and passwords below are test-only secrets: they are printed by `scripts/kafka
 security` so that tests can connect, and they guard nothing but a loopback cluster.
@@ -120,6 +121,23 @@ def listener_settings(tls_dir: Path) -> dict[str, str]:
             "org.apache.kafka.common.security.plain.PlainLoginModule",
             {f"user_{plain_user}": plain_password},
         ),
+    }
+
+
+def authorizer_settings() -> dict[str, str]:
+    """server.properties entries that turn ACLs on while taking nothing away.
+
+    A test denies one SASL user one topic with an ACL. Every resource without an ACL stays
+    open to everyone (allow.everyone.if.no.acl.found), so the tests that set no ACL see no
+    change; a resource with one is closed to every principal no ACL allows, except super
+    users. The unauthenticated listeners (PLAINTEXT, PROXIED, CONTROLLER) all connect as
+    User:ANONYMOUS: brokers, controllers and the fixtures that create topics and ACLs. No
+    SASL user is a super user, since a super user's ACLs would never be checked.
+    """
+    return {
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",
+        "allow.everyone.if.no.acl.found": "true",
     }
 
 

@@ -480,13 +480,19 @@ class RecordAccumulator:
         self._wake_by_threadsafe = wake_by_threadsafe or wake_by
 
     def _new_batch(
-        self, tp: TopicPartition, buffer: bytearray, now: float, *, from_pool: bool = True
+        self,
+        tp: TopicPartition,
+        buffer: bytearray,
+        now: float,
+        *,
+        from_pool: bool = True,
+        write_limit: int = 0,
     ) -> ProducerBatch:
         builder = MemoryRecordsBuilder(
             buffer,
             compression=self._compression,
             compression_level=self._compression_level,
-            write_limit=self._batch_size,
+            write_limit=write_limit or self._batch_size,
             estimated_ratio=self._estimator.estimation(tp.topic, self._compression),
         )
         return ProducerBatch(tp, builder, now, loop=self._loop, from_pool=from_pool)
@@ -680,14 +686,18 @@ class RecordAccumulator:
                 # The estimate was too optimistic: make the next batches of this topic smaller.
                 self._estimator.set_estimation(big.tp.topic, big.compression, 1.0)
             parts: list[ProducerBatch] = []
+            # Each split at least halves the parts, so a record the topic refuses ends up alone
+            # within a few rounds, and the records batched with it go through; splitting at
+            # batch_size alone could rebuild the same batch round after round.
+            limit = min(self._batch_size, max(big.estimated_size_in_bytes // 2, 1))
             for timestamp, key, value, headers, future, callback in big.split_records():
                 if not parts or not _append_moved(
                     parts[-1], timestamp, key, value, headers, future, callback
                 ):
-                    size = max(
-                        self._batch_size, estimate_size_in_bytes_upper_bound(key, value, headers)
+                    size = max(limit, estimate_size_in_bytes_upper_bound(key, value, headers))
+                    part = self._new_batch(
+                        big.tp, bytearray(size), big.created, from_pool=False, write_limit=limit
                     )
-                    part = self._new_batch(big.tp, bytearray(size), big.created, from_pool=False)
                     appended = _append_moved(part, timestamp, key, value, headers, future, callback)
                     assert appended, "the first record of a batch always fits"
                     parts.append(part)
@@ -707,6 +717,8 @@ class RecordAccumulator:
                 part.possibly_written = big.possibly_written
                 part.attempts = big.attempts
                 part.reenqueued(now, backoff)
+            # Unstamped parts go in at the front one by one: the last first keeps their order.
+            for part in reversed(parts):
                 self._insert_in_sequence_order(part)
             self._index.put_back(big.tp, big.created)
             return len(parts)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from aioaccum.errors import BrokerError
 
-__all__ = ["RULES", "Decision", "Errors", "Rule", "retriable", "rule_for"]
+__all__ = ["RULES", "Decision", "Errors", "Rule", "advice", "retriable", "rule_for"]
 
 
 class Errors(enum.IntEnum):
@@ -166,3 +166,46 @@ def retriable(code: int) -> bool | None:
     if code not in _NAMED:
         return None
     return RULES[Errors(code)].decision in (Decision.RETRY, Decision.BUMP_EPOCH)
+
+
+def advice(code: int, *, topic: str | None = None, batch_bytes: int | None = None) -> str | None:
+    """What a refusal that no retry can get past means, and what to change; None for a code
+    with nothing to add.
+
+    Produce answers up to v7 (the newest aiokafka speaks) carry only the code, not the broker's
+    reason, so this is all the user learns. ``topic`` and ``batch_bytes`` (the refused batch's
+    size) are named when known.
+    """
+    where = "the topic" if topic is None else f"topic {topic!r}"
+    batch = "the batch" if batch_bytes is None else f"the batch of {batch_bytes} bytes"
+    if code == Errors.MESSAGE_TOO_LARGE:
+        # A batch of several records is split first (RULES): a user sees this for one record.
+        return (
+            f"{batch} is larger than {where} accepts (its max.message.bytes, else the "
+            "broker's message.max.bytes), and a batch of one record cannot be split further; "
+            f"send smaller records, or raise max.message.bytes on {where}"
+        )
+    if code == Errors.RECORD_LIST_TOO_LARGE:
+        return (
+            f"{batch} is larger than a log segment of {where} (segment.bytes); send smaller "
+            f"records, or raise segment.bytes on {where}"
+        )
+    if code == Errors.INVALID_RECORD:
+        return (
+            f"the broker refused a record of the batch as invalid; {where} may be compacted "
+            "(cleanup.policy=compact), and a compacted topic needs a key on every record: "
+            "give every record a key, or send to a topic that is not compacted"
+        )
+    if code == Errors.INVALID_TIMESTAMP:
+        return (
+            f"a record's timestamp is further from the broker's clock than {where} allows "
+            "(message.timestamp.before.max.ms into the past, message.timestamp.after.max.ms "
+            "into the future); send current timestamps (timestamp_ms=None stamps the time of "
+            f"sending), or widen those settings on {where}"
+        )
+    if code == Errors.TOPIC_AUTHORIZATION_FAILED:
+        return (
+            f"not authorized to write to {where}: the principal this producer authenticates "
+            "as needs an ACL allowing WRITE and DESCRIBE on it, and no ACL denying them"
+        )
+    return None

@@ -53,6 +53,8 @@ class FakeKafka:
     # Called with each request before it is answered; may await (to hold requests in flight).
     gate: Callable[[Request], asyncio.Future[None] | None] | None = None
     metadata_requests: int = 0
+    # The topic's max.message.bytes: a larger batch is answered MESSAGE_TOO_LARGE.
+    max_batch_bytes: int | None = None
     in_flight: int = 0
     max_in_flight_seen: int = 0
     started: bool = False
@@ -122,8 +124,11 @@ class FakeKafka:
             if isinstance(answer, AioAccumError):
                 raise answer
             out: dict[TopicPartition, PartitionResponse] = {}
+            sizes = {tp: len(data) for tp, data in batches}
             for tp, batch in decoded:
                 code = answer.get(tp, 0)
+                if not code and self.max_batch_bytes is not None:
+                    code = Errors.MESSAGE_TOO_LARGE if sizes[tp] > self.max_batch_bytes else 0
                 if code:
                     out[tp] = PartitionResponse(broker_error_for_code(code), -1, -1)
                     continue

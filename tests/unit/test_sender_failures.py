@@ -205,3 +205,22 @@ async def test_a_bug_while_asking_for_a_producer_id_stops_the_producer() -> None
         assert isinstance(info.value.__cause__, KeyError)
         with pytest.raises(ProducerClosedError, match="stopped on an error"):
             await producer.send("t", b"v", partition=0)
+
+
+async def test_a_record_the_topic_refuses_is_split_off_and_its_batch_mates_go_through() -> None:
+    # One record over the topic's limit, batched with small ones under batch_size: splitting
+    # must isolate it instead of rebuilding the same batch until the delivery timeout.
+    fake = FakeKafka(CLUSTER, max_batch_bytes=3000)
+    producer = make(fake, linger_ms=50, batch_size=16384, delivery_timeout_ms=60_000)
+    async with producer:
+        small = [await producer.send("t", b"s%03d" % i * 25, partition=0) for i in range(40)]
+        big = await producer.send("t", b"B" * 4000, partition=0)
+        small += [await producer.send("t", b"t%03d" % i * 25, partition=0) for i in range(40)]
+        with pytest.raises(BrokerError) as info:
+            await asyncio.wait_for(big, 10)
+        results = await asyncio.wait_for(asyncio.gather(*small), 10)
+    assert info.value.errno == Errors.MESSAGE_TOO_LARGE
+    assert len({r.offset for r in results}) == 80
+    assert [r.value for r in fake.log[TP0]] == [b"s%03d" % i * 25 for i in range(40)] + [
+        b"t%03d" % i * 25 for i in range(40)
+    ]
