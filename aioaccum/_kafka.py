@@ -35,6 +35,7 @@ from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
 from aioaccum._core import kafka_errors
 from aioaccum._core.cluster import TopicPartition
+from aioaccum._logs import Throttle, demote_aiokafka_noise
 from aioaccum._metadata import MetadataClient
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
@@ -255,6 +256,10 @@ def _redact_sasl_logs() -> None:
         conn_logger.addFilter(_SASL_REDACTION)
 
 
+# One message per missing topic a minute, however many sends wait for it.
+_MISSING_TOPIC_LOG = Throttle()
+
+
 log = logging.getLogger(__name__)
 
 
@@ -339,6 +344,7 @@ class AioKafkaAdapter:
         if ssl_context is None and "SSL" in cfg.security_protocol:
             # Verified by default, as Java does: the system's CAs and the host name.
             ssl_context = ssl.create_default_context()
+        demote_aiokafka_noise()
         security: dict[str, Any] = {
             "security_protocol": cfg.security_protocol,
             "ssl_context": ssl_context,
@@ -521,13 +527,19 @@ class AioKafkaAdapter:
         # In use from now on (Java's ProducerMetadata.add), so full refreshes name it too.
         self._tracked_topics[topic] = self._clock()
         deadline = asyncio.get_running_loop().time() + timeout
+        misses = 0
         try:
             async with asyncio.timeout_at(deadline):
                 while True:
+                    version = self._metadata_version
                     await self._fetch_topic(client, topic)
                     parts = client.cluster.partitions_for_topic(topic)
                     if parts:
                         return sorted(parts)
+                    if self._metadata_version != version:  # an answer, without the topic
+                        misses += 1
+                        if misses == 2:  # a first miss may be a fetch racing the creation
+                            self._say_topic_missing(topic, timeout)
                     if topic in client.cluster.unauthorized_topics:
                         # The answer refused the topic: no later round will differ until an
                         # ACL changes, so waiting out max_block_ms would only hide why.
@@ -542,6 +554,19 @@ class AioKafkaAdapter:
         raise ProducerTimeoutError(
             f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms; "
             "create the topic (auto-creation may be off) or raise max_block_ms"
+        )
+
+    @staticmethod
+    def _say_topic_missing(topic: str, timeout: float) -> None:
+        held = _MISSING_TOPIC_LOG.allow(topic)
+        if held is None:
+            return
+        log.warning(
+            "topic %r is not in the cluster's metadata; send() waits up to max_block_ms "
+            "(%.0f ms) for it: create the topic (auto-creation is often off) or check its "
+            "name%s",
+            topic, timeout * 1000,
+            f" ({held} more wait(s) for it since the last message)" if held else "",
         )
 
     @staticmethod

@@ -42,10 +42,11 @@ from aiokafka.errors import KafkaError
 from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import TopicPartition
 
+from aioaccum._logs import Throttle, demote_aiokafka_noise
+
 __all__ = ["MAX_TOPICS_PER_REQUEST", "MergingClusterMetadata", "MetadataClient"]
 
 MAX_TOPICS_PER_REQUEST = 500
-_WARN_EVERY = 10.0  # seconds between warnings that no broker answered
 """The most topics one metadata request names; more are asked in several requests."""
 
 _BOOTSTRAP = ("bootstrap", ConnectionGroup.DEFAULT)
@@ -54,41 +55,6 @@ _BOOTSTRAP = ("bootstrap", ConnectionGroup.DEFAULT)
 _View = tuple[dict[str, dict[int, Any]], dict[Any, set[TopicPartition]], set[str], set[str]]
 
 log = logging.getLogger(__name__)
-
-
-class _OncePerTopic(logging.Filter):
-    """Lets aiokafka's "Topic X not found in cluster metadata" through once per topic every
-    ``_WARN_EVERY`` seconds. A send waiting for a topic that does not exist asks again every
-    retry backoff, and each answer would log it: 600 lines in a default ``max_block_ms``."""
-
-    _TEMPLATE = "Topic %s not found in cluster metadata"
-    _MAX_TOPICS = 1024
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._logged_at: dict[object, float] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg != self._TEMPLATE or not isinstance(record.args, tuple) or not record.args:
-            return True
-        topic = record.args[0]
-        now = time.monotonic()
-        last = self._logged_at.get(topic)
-        if last is not None and now - last < _WARN_EVERY:
-            return False
-        if len(self._logged_at) >= self._MAX_TOPICS:
-            self._logged_at.clear()
-        self._logged_at[topic] = now
-        return True
-
-
-_ONCE_PER_TOPIC = _OncePerTopic()
-
-
-def _limit_missing_topic_logs() -> None:
-    cluster_logger = logging.getLogger("aiokafka.cluster")
-    if _ONCE_PER_TOPIC not in cluster_logger.filters:
-        cluster_logger.addFilter(_ONCE_PER_TOPIC)
 
 
 class MergingClusterMetadata(ClusterMetadata):  # type: ignore[misc]  # aiokafka is untyped here
@@ -209,7 +175,7 @@ class MetadataClient(AIOKafkaClient):  # type: ignore[misc]  # aiokafka is untyp
         self, *, max_topics_per_request: int = MAX_TOPICS_PER_REQUEST, **settings: Any
     ) -> None:
         super().__init__(**settings)
-        _limit_missing_topic_logs()
+        demote_aiokafka_noise()
         self.cluster = MergingClusterMetadata(metadata_max_age_ms=self._metadata_max_age_ms)
         self._max_topics = max_topics_per_request
         # New topic -> resolved once a request naming it was answered (or could not be sent);
@@ -217,7 +183,7 @@ class MetadataClient(AIOKafkaClient):  # type: ignore[misc]  # aiokafka is untyp
         self._new_topics: dict[str, asyncio.Future[None]] = {}
         self._new_topics_task: asyncio.Task[None] | None = None
         self._closed = False
-        self._warned_at = -_WARN_EVERY
+        self._no_answer_log = Throttle()
 
     async def close(self) -> None:
         self._closed = True
@@ -303,15 +269,16 @@ class MetadataClient(AIOKafkaClient):  # type: ignore[misc]  # aiokafka is untyp
                 log.debug("metadata request to node %s failed: %r", node_id, exc)
                 continue
             return response if response.brokers else None
-        # Waiters ask again every retry backoff while brokers are away: say so now and then,
+        # Waiters ask again every retry backoff while brokers are away: say so once a minute,
         # not ten times a second.
-        now = time.monotonic()
-        if now - self._warned_at >= _WARN_EVERY:
-            self._warned_at = now
+        held = self._no_answer_log.allow("metadata")
+        if held is not None:
             log.warning(
-                "no broker answered a metadata request naming %d topic(s) (nodes tried: %d); "
-                "retrying, this is logged at most every %.0f s",
-                len(topics), len(nodes), _WARN_EVERY,
+                "no broker answered a metadata request (%d node(s) tried, naming %d topic(s)); "
+                "retrying every retry_backoff_ms: are the brokers up, and is bootstrap_servers "
+                "right?%s",
+                len(nodes), len(topics),
+                f" ({held} more unanswered request(s) since the last message)" if held else "",
             )
         return None
 

@@ -3,6 +3,10 @@
 ``perf`` prints the same lines as the Java tool, so the two can be set side by side: a window line
 every 5 seconds and a final line with records/sec, MB/sec, average and maximum latency and the
 50th/95th/99th/99.9th percentiles.
+
+Both take the producer's settings as Kafka's tools do: ``--producer.config FILE``, a Java
+``.properties`` file (the place for credentials, which on the command line would show in ``ps``
+and the shell's history), then ``--producer-props KEY=VALUE ...``, which override the file.
 """
 
 from __future__ import annotations
@@ -10,14 +14,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aioaccum import _speedups
 from aioaccum._loops import LoopFactory, default_loop_factory, describe_loop
-from aioaccum.errors import AioAccumError
+from aioaccum._settings import FIELDS
+from aioaccum.config import JAVA_TO_PYTHON
+from aioaccum.errors import AioAccumError, ConfigError
 from aioaccum.producer import Producer
 
 __all__ = ["main"]
@@ -30,11 +37,170 @@ _MAX_LATENCY_SAMPLES = 100_000
 
 def _parse_props(pairs: Sequence[str]) -> dict[str, str]:
     props: dict[str, str] = {}
-    for pair in pairs:
+    for number, pair in enumerate(pairs, 1):
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--producer-props expects key=value pairs, got {pair!r}")
+        if not sep or not key.strip():
+            # Not quoted: a word without "=" may be a password that lost its key.
+            lacks = "key" if sep else "'='"
+            raise ConfigError(
+                f"--producer-props expects KEY=VALUE pairs, but pair {number} of {len(pairs)} "
+                f"has no {lacks}; write it as KEY=VALUE"
+            )
         props[key.strip()] = value.strip()
+    return props
+
+
+# --- --producer.config: Java's .properties format, as java.util.Properties.load reads it
+
+_WHITESPACE = " \t\f"
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+_ESCAPE = re.compile(r"\\(u[0-9A-Fa-f]{4}|u|.)")
+_ESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def read_properties_file(path: str) -> dict[str, str]:
+    """The settings in a Java ``.properties`` file, read as Kafka's tools read it.
+
+    Lines are ``name=value`` or ``name: value``; blank lines and lines starting with ``#`` or
+    ``!`` are skipped; a line ending in ``\\`` continues on the next (as a multi-line
+    ``sasl.jaas.config`` usually does); ``\\uXXXX``, ``\\t`` and the like are unescaped.
+    Values are trimmed, as Kafka's ``ConfigDef`` trims them. A name given twice keeps its
+    last value. Unlike Java, a line without ``=`` or ``:`` is an error, not a name with an
+    empty value: in a file of producer settings it is a typo or a broken continuation.
+
+    Args:
+        path: The file, as given to ``--producer.config``.
+
+    Returns:
+        Property names and their string values, in file order.
+
+    Raises:
+        ConfigError: The file cannot be read, is not UTF-8, or a line is malformed; the
+            message names the file and the line but never quotes a value.
+    """
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as exc:
+        raise ConfigError(
+            f"--producer.config {path}: cannot read it ({exc.strerror or exc}); give the path "
+            f"of a readable Java .properties file (name=value lines)"
+        ) from exc
+    try:
+        # Java reads Latin-1, but files are written in UTF-8 today; ASCII reads the same.
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"--producer.config {path}, line {line}: not UTF-8 text; save the file as UTF-8"
+        ) from exc
+    lines = _NEWLINE.split(text)
+    props: dict[str, str] = {}
+    index = 0
+    while index < len(lines):
+        where = f"--producer.config {path}, line {index + 1}"
+        logical = lines[index].lstrip(_WHITESPACE)
+        index += 1
+        if not logical or logical[0] in "#!":
+            continue
+        while _continues(logical):
+            logical = logical[:-1]
+            if index == len(lines):
+                break
+            logical += lines[index].lstrip(_WHITESPACE)
+            index += 1
+        key, value = _split_property(logical, where)
+        props[key] = value
+    return props
+
+
+def _continues(line: str) -> bool:
+    """An odd number of trailing backslashes: the last one joins the next line."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _split_property(line: str, where: str) -> tuple[str, str]:
+    # java.util.Properties.load0: the name ends at the first unescaped '=', ':' or
+    # whitespace; then whitespace and at most one '=' or ':' lead to the value.
+    key_end = value_start = len(line)
+    has_separator = escaped = False
+    for position, char in enumerate(line):
+        if not escaped and char in "=:" + _WHITESPACE:
+            key_end, value_start, has_separator = position, position + 1, char in "=:"
+            break
+        escaped = char == "\\" and not escaped
+    while value_start < len(line):
+        char = line[value_start]
+        if not has_separator and char in "=:":
+            has_separator = True
+        elif char not in _WHITESPACE:
+            break
+        value_start += 1
+    # No text from the line in these messages: it may hold a secret.
+    if not has_separator:
+        raise ConfigError(
+            f"{where}: no '=' or ':' after the setting's name; write name=value, or start the "
+            f"line with # to comment it out"
+        )
+    if key_end == 0:
+        raise ConfigError(f"{where}: the setting's name is empty; write name=value")
+    key = _unescape(line[:key_end], where)
+    return key, _unescape(line[value_start:], where).strip()
+
+
+def _unescape(text: str, where: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        code = match[1]
+        if code == "u":
+            raise ConfigError(
+                f"{where}: \\u must be followed by four hex digits (Java's \\uXXXX escape); "
+                f"write \\\\ for a backslash"
+            )
+        if len(code) == 5:
+            return chr(int(code[1:], 16))
+        return _ESCAPED.get(code, code)
+
+    return _ESCAPE.sub(one, text)
+
+
+def _settings_of(key: str) -> frozenset[str]:
+    """The settings a property sets, so two spellings of one setting are seen as one."""
+    label = key.strip()
+    if label == "sasl.jaas.config":
+        return frozenset({"sasl_plain_username", "sasl_plain_password"})
+    return frozenset({label if label in FIELDS else JAVA_TO_PYTHON.get(label, label)})
+
+
+def _override(base: Mapping[str, str], top: Mapping[str, str]) -> dict[str, str]:
+    # Drop what ``top`` sets under any spelling: "linger_ms" on the command line replaces
+    # "linger.ms" from the file, instead of the two conflicting in from_properties.
+    replaced = frozenset().union(*map(_settings_of, top))
+    merged = {key: value for key, value in base.items() if not _settings_of(key) & replaced}
+    merged.update(top)
+    return merged
+
+
+def producer_properties(
+    config_file: str | None, pairs: Sequence[str], bootstrap_server: str | None
+) -> dict[str, str]:
+    """The producer's properties from the command line, for :meth:`Producer.from_properties`.
+
+    As in Kafka's tools, ``--producer.config`` comes first, ``--producer-props`` override it
+    and ``--bootstrap-server`` overrides both, whichever spelling (``linger.ms`` or
+    ``linger_ms``) each uses.
+
+    Args:
+        config_file: The ``--producer.config`` file, if any.
+        pairs: The ``--producer-props`` ``KEY=VALUE`` pairs.
+        bootstrap_server: The ``--bootstrap-server`` value, if any.
+
+    Raises:
+        ConfigError: The file cannot be read or has a malformed line, or a pair has no ``=``.
+    """
+    props = read_properties_file(config_file) if config_file is not None else {}
+    props = _override(props, _parse_props(pairs))
+    if bootstrap_server:
+        props = _override(props, {"bootstrap.servers": bootstrap_server})
     return props
 
 
@@ -115,12 +281,11 @@ def _latency_callback(
     return done
 
 
-async def _perf(args: argparse.Namespace) -> int:
-    props: dict[str, Any] = _parse_props(args.producer_props or [])
-    if args.bootstrap_server:
-        props["bootstrap.servers"] = args.bootstrap_server
+async def _perf(args: argparse.Namespace, props: dict[str, str]) -> int:
     if "bootstrap.servers" not in props and "bootstrap_servers" not in props:
-        raise SystemExit("give --bootstrap-server or bootstrap.servers in --producer-props")
+        raise SystemExit(
+            "give --bootstrap-server, or bootstrap.servers in --producer-props or --producer.config"
+        )
     rng = random.Random(0)
     payload = bytes(rng.randrange(65, 91) for _ in range(args.record_size))
     stats = _Stats(args.num_records, args.record_size)
@@ -151,9 +316,7 @@ async def _perf(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _produce(args: argparse.Namespace) -> int:
-    props: dict[str, Any] = _parse_props(args.producer_props or [])
-    props["bootstrap.servers"] = args.bootstrap_server
+async def _produce(args: argparse.Namespace, props: dict[str, str]) -> int:
     count = 0
     async with Producer.from_properties(props) as producer:
         futures = []
@@ -183,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_argument(
         "--throughput", type=float, required=True, help="records/sec cap; -1 for none"
     )
-    perf.add_argument("--producer-props", nargs="*", metavar="KEY=VALUE")
+    _add_producer_settings(perf)
     perf.add_argument("--bootstrap-server")
     _add_loop_choice(perf, uvloop_alias=True)
 
@@ -191,9 +354,26 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--topic", required=True)
     produce.add_argument("--bootstrap-server", required=True)
     produce.add_argument("--key-separator", help="split each line into key and value")
-    produce.add_argument("--producer-props", nargs="*", metavar="KEY=VALUE")
+    _add_producer_settings(produce)
     _add_loop_choice(produce, uvloop_alias=False)
     return parser
+
+
+def _add_producer_settings(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--producer-props",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="producer settings, Java (linger.ms) or Python (linger_ms) names; these override "
+        "--producer.config",
+    )
+    parser.add_argument(
+        "--producer.config",
+        dest="producer_config",
+        metavar="FILE",
+        help="a Java .properties file of producer settings (name=value lines); put "
+        "credentials such as sasl.jaas.config here, not on the command line",
+    )
 
 
 def _add_loop_choice(parser: argparse.ArgumentParser, *, uvloop_alias: bool) -> None:
@@ -219,8 +399,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = _perf if args.command == "perf" else _produce
     try:
+        props = producer_properties(
+            args.producer_config, args.producer_props or [], args.bootstrap_server
+        )
         with asyncio.Runner(loop_factory=_loop_factory(args)) as runner:
-            return runner.run(command(args))
+            return runner.run(command(args, props))
     except AioAccumError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

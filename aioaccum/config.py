@@ -30,6 +30,7 @@ import difflib
 import logging
 import re
 import ssl
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, TypeVar
@@ -285,6 +286,10 @@ if ProducerConfig.__doc__ is not None:  # None under python -OO
 
 # --- rules between settings
 
+# The bootstrap server sets already warned that SASL PLAIN sends the password in clear.
+_PLAIN_IN_CLEAR_WARNED: set[frozenset[str]] = set()
+_PLAIN_IN_CLEAR_LOCK = threading.Lock()  # producers are also configured on worker threads
+
 
 class _Rules:
     """Checks that span settings, after each value passed its own row's check."""
@@ -367,6 +372,27 @@ class _Rules:
             raise ConfigError(
                 f"sasl_mechanism={mechanism!r} needs {' and '.join(map(n, missing))}"
             )
+        if protocol == "SASL_PLAINTEXT" and mechanism == "PLAIN":
+            self.plain_password_in_clear(v["bootstrap_servers"])
+
+    def plain_password_in_clear(self, servers: tuple[str, ...]) -> None:
+        # A warning, not an error: on a test cluster or a trusted network it is a fair choice.
+        # Only PLAIN: SCRAM never sends the password itself. Once per bootstrap, because
+        # producers are often made in a loop (one per Spark task, per request).
+        with _PLAIN_IN_CLEAR_LOCK:
+            if frozenset(servers) in _PLAIN_IN_CLEAR_WARNED:
+                return
+            _PLAIN_IN_CLEAR_WARNED.add(frozenset(servers))
+        n = self.name
+        log.warning(
+            "%s='SASL_PLAINTEXT' with %s='PLAIN': the password crosses the network to %s "
+            "unencrypted, readable by anyone on the path; set %s='SASL_SSL' to send it over "
+            "TLS (logged once per bootstrap)",
+            n("security_protocol"),
+            n("sasl_mechanism"),
+            ",".join(servers),
+            n("security_protocol"),
+        )
 
     def idempotence(self, v: dict[str, Any], chosen: bool) -> None:
         n = self.name

@@ -25,7 +25,15 @@ __all__ = [
 
 
 class AioAccumError(Exception):
-    """Base class of every error aioaccum raises."""
+    """Base class of every error aioaccum raises.
+
+    Attributes:
+        possibly_written: For a record's error: it was sent and no definite answer came back
+            (a request timed out, a connection was lost, the producer closed while waiting),
+            so the broker may have written it. False means it is not in the log.
+    """
+
+    possibly_written: bool = False
 
 
 class ConfigError(AioAccumError, ValueError):
@@ -64,11 +72,9 @@ class BufferExhaustedError(ProducerTimeoutError):
 class DeliveryTimeoutError(ProducerTimeoutError):
     """A record was not acknowledged within ``delivery_timeout_ms``, or can no longer be.
 
-    Attributes:
-        possibly_written: The record was sent and no definite answer came back (the request
-            timed out or its connection was lost), so the broker may have written it. False
-            means it never left the producer, or every broker answer refused it: it is not
-            in the log. Re-send a possibly written record only if a duplicate is acceptable.
+    ``possibly_written`` (see :class:`AioAccumError`) tells a record that never reached a
+    broker from one that may be in the log: re-send the latter only if a duplicate is
+    acceptable.
     """
 
     def __init__(self, message: str, *, possibly_written: bool = False) -> None:

@@ -18,4 +18,5 @@ cdef class Sender:
     cdef public list _progress
     cdef public long long _ended_seen
     cdef public bint _stopped
+    cdef public object _failure_log
     cdef object __weakref__

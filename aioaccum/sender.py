@@ -28,6 +28,7 @@ from aioaccum._core.sender_core import (
     Wait,
 )
 from aioaccum._kafka import KafkaAdapter
+from aioaccum._logs import Throttle
 from aioaccum.errors import AioAccumError
 
 __all__ = ["Sender"]
@@ -74,6 +75,8 @@ class Sender:
         self._progress: list[asyncio.Future[None]] = []
         self._ended_seen = 0
         self._stopped = False
+        # Request failures to one broker: told once a minute, not once per request.
+        self._failure_log = Throttle()
 
     # --- control from the producer
 
@@ -298,6 +301,7 @@ class Sender:
                     batches=[(b.tp, b.records()) for b in batches],
                 )
             except AioAccumError as exc:
+                self._say_request_failed(node, exc, batches)
                 actions = core.on_produce_error(node, batches, exc, self._now())
             else:
                 actions = core.on_produce_response(node, batches, answers, self._now())
@@ -317,6 +321,19 @@ class Sender:
             # them), and flush() waits for those too.
             self._notify_progress(always=True)
             self.wakeup()
+
+    def _say_request_failed(
+        self, node: int, error: AioAccumError, batches: list[Any]
+    ) -> None:
+        held = self._failure_log.allow(node)
+        if held is None:
+            return
+        log.warning(
+            "a produce request to broker %d failed (%d batch(es)): %s; retrying until each "
+            "record's delivery_timeout_ms: is the broker up and reachable?%s",
+            node, len(batches), error,
+            f" ({held} more failed request(s) to it since the last message)" if held else "",
+        )
 
     # --- shutdown
 

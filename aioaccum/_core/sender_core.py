@@ -416,11 +416,7 @@ class SenderCore:
 
     def on_request_cancelled(self, node: int, batches: list[ProducerBatch]) -> None:
         """The shell cancelled a request at shutdown: its records fail, its buffers return."""
-        error = (
-            ProducerClosedError("the producer closed before a response came")
-            if self.fatal_error is None
-            else self.closing_error()
-        )
+        error = self._unanswered_error()
         for batch in batches:
             if batch.abort(error):
                 self.batches_ended += 1
@@ -571,16 +567,29 @@ class SenderCore:
         error.__cause__ = fatal
         return error
 
+    def _unanswered_error(self) -> ProducerClosedError:
+        """For records of a request still out when the producer stops: sent, so possibly
+        written."""
+        if self.fatal_error is None:
+            error = ProducerClosedError(
+                "the producer closed before the broker answered; the records were sent and "
+                "may have been written"
+            )
+        else:
+            error = self.closing_error()
+        error.possibly_written = True
+        return error
+
     def abandon(self) -> None:
         """End every record that has not ended, now, with :meth:`closing_error`: those queued,
         those in requests still out (a late answer no longer changes them), and any a failure
         left in neither. Nothing here waits, so a stop cannot hang on a request or a task."""
         self._acc.close()
-        error = self.closing_error()
+        unanswered = self._unanswered_error()
         for batches, _ in list(self._requests.values()):
             for batch in batches:
-                if batch.abort(error):
+                if batch.abort(unanswered):
                     self.batches_ended += 1
         self._requests.clear()
         self._in_flight.clear()
-        self.batches_ended += len(self._acc.abort_unended(error))
+        self.batches_ended += len(self._acc.abort_unended(self.closing_error()))

@@ -101,9 +101,9 @@ async def stop_broker(node: int) -> None:
     await kafka_script("stop-broker", str(node))
 
 
-async def start_broker(node: int) -> None:
-    """Start node ``node`` again and wait until the cluster lists it."""
-    await kafka_script("start-broker", str(node))
+async def start_broker(*nodes: int) -> None:
+    """Start ``nodes`` again, together, and wait until each lists every node that runs."""
+    await kafka_script("start-broker", *map(str, nodes))
 
 
 def broker_pid(node: int) -> int | None:

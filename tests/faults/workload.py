@@ -3,9 +3,12 @@
 Each record's value starts with its id, a counter in send order. The :class:`Ledger` notes what
 became of every record: acknowledged (with partition and offset), failed with a typed aioaccum
 error (counted by type), failed with anything else (an "untyped" error, always a bug), or still
-pending. :func:`read_back` consumes the whole topic with aiokafka and checks every acknowledged
-record is there exactly once, at the offset its acknowledgement named, and that ids rise within
-each partition.
+pending. A typed failure is *definite* (the record is not in the log) unless the error says it
+was ``possibly_written`` (sent without a definite answer): those are *indeterminate*, and are
+reported apart. :func:`read_back` consumes the whole topic with confluent-kafka (librdkafka, so
+independent of both aioaccum and the aiokafka it is built on) and checks every acknowledged
+record is there exactly once, at the offset its acknowledgement named, that ids rise within
+each partition, and that no record that failed definitely is in the log.
 """
 
 from __future__ import annotations
@@ -18,14 +21,28 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
 
 from aioaccum import AioAccumError, FutureRecordMetadata, Producer
 
-__all__ = ["Ledger", "ReadBack", "read_back", "record_value", "wait_until"]
+__all__ = [
+    "OUTCOME_HEADER",
+    "Ledger",
+    "ReadBack",
+    "outcome_row",
+    "read_back",
+    "record_value",
+    "wait_until",
+]
+
+OUTCOME_HEADER = (
+    "offered | acknowledged | found | duplicated | lost | failed (definite) | indeterminate "
+    "| faults"
+)
 
 ID_DIGITS = 12
-PENDING, ACKED, FAILED, NOT_SENT = 0, 1, 2, 3
+PENDING, ACKED, FAILED, NOT_SENT, INDETERMINATE = 0, 1, 2, 3, 4
 SAMPLES_PER_TYPE = 3
 
 
@@ -80,7 +97,13 @@ class Ledger:
 
     @property
     def failed(self) -> int:
+        """Records that failed definitely: they must not be in the log."""
         return self.states.count(FAILED)
+
+    @property
+    def indeterminate(self) -> int:
+        """Records that failed after being sent without a definite answer."""
+        return self.states.count(INDETERMINATE)
 
     @property
     def not_sent(self) -> int:
@@ -125,9 +148,12 @@ class Ledger:
             self.states[rid] = ACKED
             self.partitions[rid] = md.partition
             self.offsets[rid] = md.offset
+        elif isinstance(exc, AioAccumError):
+            self.states[rid] = INDETERMINATE if exc.possibly_written else FAILED
+            self._note(self.errors, exc)
         else:
             self.states[rid] = FAILED
-            self._note(self.errors if isinstance(exc, AioAccumError) else self.untyped, exc)
+            self._note(self.untyped, exc)
 
     def _note(self, counter: Counter[str], exc: BaseException, prefix: str = "") -> None:
         name = prefix + type(exc).__name__
@@ -201,52 +227,51 @@ class ReadBack:
     duplicated_acked: int = 0
     lost: int = 0
     found_unacked: int = 0
+    found_indeterminate: int = 0
+    found_failed: int = 0
+    """Records that failed definitely and are in the log anyway: the error lied."""
     misplaced: int = 0
     order_violations: int = 0
     foreign: int = 0
     lost_samples: list[int] = field(default_factory=list)
     duplicate_samples: list[int] = field(default_factory=list)
+    found_failed_samples: list[int] = field(default_factory=list)
     seconds: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        """Nothing acknowledged lost, doubled, moved or reordered; no definite failure found."""
+        return not (
+            self.lost or self.duplicated_acked or self.misplaced or self.order_violations
+            or self.foreign or self.found_failed
+        )
 
 
 async def read_back(
-    bootstrap: str, topic: str, ledger: Ledger, *, timeout: float = 300.0
+    bootstrap: str,
+    topic: str,
+    ledger: Ledger,
+    *,
+    timeout: float = 300.0,
+    consumer_config: dict[str, str] | None = None,
 ) -> ReadBack:
-    """Consume ``topic`` to its end offsets and hold it against ``ledger``."""
+    """Consume ``topic`` to its end offsets with confluent-kafka and hold it against ``ledger``.
+
+    ``consumer_config`` adds librdkafka settings (security, for a SASL_SSL cluster).
+    """
     started = time.monotonic()
     seen = bytearray(ledger.offered)
     out = ReadBack()
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-        fetch_max_bytes=16 * 1024 * 1024,
-    )
-    await consumer.start()
-    try:
-        parts = consumer.partitions_for_topic(topic)
-        if not parts:
-            await consumer._client.force_metadata_update()
-            parts = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        last_id = {tp.partition: -1 for tp in tps}
-        remaining = {tp for tp in tps if ends[tp] > 0}
-        async with asyncio.timeout(timeout):
-            while remaining:
-                batches = await consumer.getmany(*remaining, timeout_ms=1000)
-                for tp, records in batches.items():
-                    for record in records:
-                        _check_record(record.value, tp.partition, record.offset, ledger, seen,
-                                      last_id, out)
-                for tp in list(remaining):
-                    if await consumer.position(tp) >= ends[tp]:
-                        remaining.discard(tp)
-    finally:
-        await consumer.stop()
+    settings: dict[str, str | int | bool] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"aioaccum-read-back-{topic}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+        "fetch.max.bytes": 16 * 1024 * 1024,
+        **(consumer_config or {}),
+    }
+    await asyncio.to_thread(_consume, settings, topic, timeout, ledger, seen, out)
     for rid, state in enumerate(ledger.states):
         count = seen[rid]
         if count:
@@ -259,12 +284,77 @@ async def read_back(
                     out.duplicate_samples.append(rid)
             if state != ACKED:
                 out.found_unacked += 1
+            if state == INDETERMINATE:
+                out.found_indeterminate += 1
+            elif state == FAILED:
+                out.found_failed += 1
+                if len(out.found_failed_samples) < 10:
+                    out.found_failed_samples.append(rid)
         elif state == ACKED:
             out.lost += 1
             if len(out.lost_samples) < 10:
                 out.lost_samples.append(rid)
     out.seconds = time.monotonic() - started
     return out
+
+
+def outcome_row(ledger: Ledger, found: ReadBack, faults: str) -> str:
+    """One line of the table every fault run reports (see :data:`OUTCOME_HEADER`)."""
+    return (
+        f"{ledger.offered} | {ledger.acked} | {found.found} | {found.duplicated} | {found.lost} "
+        f"| {ledger.failed} | {ledger.indeterminate} ({found.found_indeterminate} found) "
+        f"| {faults}"
+    )
+
+
+def _consume(
+    settings: dict[str, str | int | bool],
+    topic: str,
+    timeout: float,
+    ledger: Ledger,
+    seen: bytearray,
+    out: ReadBack,
+) -> None:
+    consumer = Consumer(settings)
+    deadline = time.monotonic() + timeout
+    try:
+        metadata = consumer.list_topics(topic, timeout=30)
+        partitions = sorted(metadata.topics[topic].partitions)
+        ends: dict[int, int] = {}
+        for partition in partitions:
+            _, high = consumer.get_watermark_offsets(
+                ConfluentTopicPartition(topic, partition), timeout=30
+            )
+            ends[partition] = high
+        remaining = {p for p in partitions if ends[p] > 0}
+        consumer.assign(
+            [ConfluentTopicPartition(topic, p, 0) for p in partitions if p in remaining]
+        )
+        last_id = dict.fromkeys(partitions, -1)
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"reading {topic} back took over {timeout:.0f} s; partitions left "
+                    f"{sorted(remaining)}"
+                )
+            for message in consumer.consume(num_messages=10_000, timeout=1.0):
+                error = message.error()
+                partition = message.partition()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(error)
+                elif partition is not None:
+                    offset = message.offset()
+                    assert offset is not None
+                    _check_record(message.value(), partition, offset, ledger, seen, last_id, out)
+                    if offset + 1 >= ends[partition]:
+                        remaining.discard(partition)
+                if error is not None and partition is not None:
+                    position = consumer.position([ConfluentTopicPartition(topic, partition)])
+                    if position[0].offset >= ends[partition]:
+                        remaining.discard(partition)
+    finally:
+        consumer.close()
 
 
 def _check_record(

@@ -176,7 +176,8 @@ async def test_close_during_stall_fails_every_record_and_returns_all_memory(
     assert await ledger.settle() == 0
     assert ledger.not_sent == 0
     assert not ledger.untyped, ledger.samples
-    assert ledger.failed == ledger.offered, (ledger.acked, ledger.errors)
+    assert ledger.failed + ledger.indeterminate == ledger.offered, (ledger.acked, ledger.errors)
+    assert ledger.indeterminate > 0  # the records on the stalled wire may have been written
     assert set(ledger.errors) == {"ProducerClosedError"}, ledger.errors
     assert producer.pool is not None
     assert_pool_whole(producer.pool.statistics())

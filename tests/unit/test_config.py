@@ -586,3 +586,83 @@ def test_a_codec_whose_library_is_missing_is_refused_at_construction(
     hint = f"pip install 'aioaccum[{extra}]'" if extra else "pip install lz4"
     assert hint in str(info.value)
     ProducerConfig(compression_type="gzip")  # zlib is always there
+
+
+# -- SASL PLAIN over a plaintext connection ---------------------------------------------------
+
+
+def plaintext_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "aioaccum.config"
+        and record.levelno == logging.WARNING
+        and "unencrypted" in record.getMessage()
+    ]
+
+
+@pytest.fixture
+def fresh_plaintext_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The warning is once per process per bootstrap: forget the bootstraps other tests used.
+    monkeypatch.setattr(config_module, "_PLAIN_IN_CLEAR_WARNED", set())
+
+
+@pytest.mark.usefixtures("fresh_plaintext_warnings")
+def test_sasl_plain_over_plaintext_warns_once_per_bootstrap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    plain = sasl(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN")
+    with caplog.at_level(logging.WARNING, logger="aioaccum.config"):
+        for _ in range(5):  # producers made in a loop
+            ProducerConfig.from_kwargs(**plain, bootstrap_servers="a:9092,b:9092")
+        ProducerConfig.from_kwargs(**plain, bootstrap_servers=["b:9092", "a:9092"])
+    [first] = plaintext_warnings(caplog)
+    assert first.startswith(
+        "security_protocol='SASL_PLAINTEXT' with sasl_mechanism='PLAIN': the password crosses "
+        "the network to a:9092,b:9092 unencrypted"
+    )
+    assert "set security_protocol='SASL_SSL'" in first
+    assert SECRET not in caplog.text
+    assert "alice" not in first
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="aioaccum.config"):
+        ProducerConfig.from_kwargs(**plain, bootstrap_servers="c:9092")
+    [other_cluster] = plaintext_warnings(caplog)
+    assert "to c:9092 unencrypted" in other_cluster
+
+
+@pytest.mark.usefixtures("fresh_plaintext_warnings")
+def test_sasl_plain_plaintext_warning_names_the_properties_as_written(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    properties = {
+        "bootstrap.servers": "p:9092",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="alice" password="{SECRET}";',
+    }
+    with caplog.at_level(logging.WARNING, logger="aioaccum.config"):
+        ProducerConfig.from_properties(properties)
+    [warning] = plaintext_warnings(caplog)
+    assert warning.startswith("security.protocol='SASL_PLAINTEXT' with sasl.mechanism='PLAIN'")
+    assert "set security.protocol='SASL_SSL'" in warning
+    assert SECRET not in caplog.text
+
+
+@pytest.mark.usefixtures("fresh_plaintext_warnings")
+@pytest.mark.parametrize(
+    ("protocol", "mechanism"),
+    [
+        ("SASL_SSL", "PLAIN"),
+        ("SASL_PLAINTEXT", "SCRAM-SHA-256"),
+        ("SASL_PLAINTEXT", "SCRAM-SHA-512"),
+    ],
+)
+def test_no_plaintext_warning_when_the_password_is_not_sent_in_clear(
+    caplog: pytest.LogCaptureFixture, protocol: str, mechanism: str
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="aioaccum.config"):
+        ProducerConfig.from_kwargs(**sasl(security_protocol=protocol, sasl_mechanism=mechanism))
+    assert plaintext_warnings(caplog) == []
