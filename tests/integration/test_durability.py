@@ -27,12 +27,13 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import NewTopic as AIOKafkaNewTopic
 from confluent_kafka import ElectionType
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
-    NewTopic,
 )
 from faults import cluster
 from faults.proxy import Fault, FaultProxy
@@ -176,17 +177,24 @@ async def _acks_one_with_unclean_election(bootstrap: str) -> int:
     first, second = 2, 3  # node 1 stays up throughout, so the controllers keep a quorum
     topic = f"aioaccum-unclean-{int(time.time() * 1000)}"
 
-    def create() -> None:
-        new = NewTopic(
-            topic,
-            replica_assignment=[[first, second]],
-            config={"unclean.leader.election.enable": "true", "min.insync.replicas": "1"},
-        )
-        admin = _admin(bootstrap)
-        [future] = admin.create_topics([new]).values()
-        future.result(timeout=ADMIN_TIMEOUT_S)
-
-    await asyncio.to_thread(create)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        response = await admin.create_topics([
+            AIOKafkaNewTopic(
+                topic,
+                num_partitions=-1,
+                replication_factor=-1,
+                replica_assignments={0: [first, second]},
+                topic_configs={
+                    "unclean.leader.election.enable": "true",
+                    "min.insync.replicas": "1",
+                },
+            )
+        ])
+        assert all(e[1] == 0 for e in response.topic_errors), response
+    finally:
+        await admin.close()
     await cluster.wait_fully_replicated(bootstrap, topic)
     assert await topic_config(bootstrap, topic, "unclean.leader.election.enable") == "true"
     ledger = Ledger()
