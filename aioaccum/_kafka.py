@@ -331,6 +331,9 @@ class AioKafkaAdapter:
         # asks once per partition and metadata version.)
         self._available: dict[str, list[int]] = {}
         self._available_version = -1
+        # Partition count per topic as last handed out, and who wants to know when it changes.
+        self._partition_counts: dict[str, int] = {}
+        self._count_listeners: list[Callable[[str], None]] = []
 
     @property
     def client(self) -> AIOKafkaClient:
@@ -456,6 +459,7 @@ class AioKafkaAdapter:
             return
         for topic in idle:
             del tracked[topic]
+            self._partition_counts.pop(topic, None)
         self.client.set_topics(list(tracked))
         log.debug("metadata: forgot topics %s, not produced to for %d ms", idle, max_idle_ms)
 
@@ -493,7 +497,36 @@ class AioKafkaAdapter:
             return None
         self._track(topic)
         result = self._topic_partitions[topic] = sorted(parts)
+        self._note_partition_count(topic, len(result))
         return result
+
+    def on_partition_count_change(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(topic)`` when a topic's partitions are handed out in a different
+        number than the last time (partitions added, or the topic deleted and created again
+        with another count), before anything is appended with the new count.
+
+        The producer resets the topic's sticky partition then: after a shrink it may name a
+        partition that no longer exists, where keyless records would wait out
+        ``delivery_timeout_ms`` and fail.
+        """
+        self._count_listeners.append(listener)
+
+    def _note_partition_count(self, topic: str, count: int) -> None:
+        # Once per topic and metadata version (partitions_for_topic's cache), or per wait.
+        known = self._partition_counts.get(topic)
+        if known == count:
+            return
+        self._partition_counts[topic] = count
+        if known is None:
+            return
+        log.info("topic %r now has %d partitions (had %d)", topic, count, known)
+        for listener in self._count_listeners:
+            listener(topic)
+
+    def _partitions_found(self, topic: str, parts: Iterable[int]) -> list[int]:
+        found = sorted(parts)
+        self._note_partition_count(topic, len(found))
+        return found
 
     def _track(self, topic: str) -> None:
         # aiokafka refreshes only the topics it was told about once any was added, so every
@@ -523,7 +556,7 @@ class AioKafkaAdapter:
         client = self.client
         parts = client.cluster.partitions_for_topic(topic)
         if parts:
-            return sorted(parts)
+            return self._partitions_found(topic, parts)
         # In use from now on (Java's ProducerMetadata.add), so full refreshes name it too.
         self._tracked_topics[topic] = self._clock()
         deadline = asyncio.get_running_loop().time() + timeout
@@ -535,7 +568,7 @@ class AioKafkaAdapter:
                     await self._fetch_topic(client, topic)
                     parts = client.cluster.partitions_for_topic(topic)
                     if parts:
-                        return sorted(parts)
+                        return self._partitions_found(topic, parts)
                     if self._metadata_version != version:  # an answer, without the topic
                         misses += 1
                         if misses == 2:  # a first miss may be a fetch racing the creation
@@ -550,7 +583,7 @@ class AioKafkaAdapter:
         except TimeoutError:
             parts = client.cluster.partitions_for_topic(topic)
             if parts:
-                return sorted(parts)
+                return self._partitions_found(topic, parts)
         raise ProducerTimeoutError(
             f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms; "
             "create the topic (auto-creation may be off) or raise max_block_ms"

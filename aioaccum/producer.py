@@ -149,6 +149,11 @@ class Producer:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         kafka = self._kafka_override or AioKafkaAdapter(cfg)
+        if isinstance(kafka, AioKafkaAdapter):
+            # A topic deleted and created again with fewer partitions would leave keyless
+            # records stuck to a partition that is gone, failing at delivery_timeout_ms: a new
+            # partition count draws the sticky partition afresh.
+            kafka.on_partition_count_change(self._partitioner.remove_topic)
         await kafka.start()
         self._kafka = kafka
         self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size)

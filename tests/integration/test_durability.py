@@ -9,6 +9,8 @@
   lost or doubled.
 - A paused leader: SIGSTOP past the request timeout, then SIGCONT, a zombie that wakes up
   believing it leads; nothing acknowledged is lost or doubled.
+- A leader cut off from its followers (replication runs through the cluster's fault relay):
+  once they drop out of the ISR, nothing is acknowledged; after the heal nothing is missing.
 - A "possibly written" replay: the link stalls for longer than ``delivery_timeout_ms`` with
   requests on it, then heals with those requests still in the proxy. The producer goes on under
   a new epoch; no acknowledged record is in the log twice, and ids rise in every partition.
@@ -400,3 +402,68 @@ async def test_a_leader_paused_past_the_request_timeout_loses_nothing_when_it_wa
     assert found.duplicated == 0, summary
     assert ledger.check_ack_order() == 0, summary
     assert not ledger.untyped, summary
+
+
+# --- a leader cut off from its followers
+
+
+@pytest.mark.timeout(600)
+async def test_a_leader_cut_off_from_its_followers_acknowledges_nothing_and_loses_nothing(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    await cluster.check_managed(kafka_bootstrap)
+    # Fails here, loudly, when the cluster's replication does not go through the relay.
+    await cluster.kafka_script("replication", "heal")
+    topic = await topic_factory(
+        partitions=1, replication_factor=3, configs={"min.insync.replicas": "2"}
+    )
+    state = await partition_state(kafka_bootstrap, topic)
+    leader = int(state["leader"])  # type: ignore[call-overload]
+    ledger = Ledger()
+    stop = asyncio.Event()
+    isr_during_cut: object = None
+    try:
+        async with Producer(
+            kafka_bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            request_timeout_ms=5000,
+            delivery_timeout_ms=300_000,
+        ) as producer:
+            producing = asyncio.create_task(
+                ledger.produce(producer, topic, rate=200, stop=stop.is_set)
+            )
+            try:
+                await wait_until(lambda: ledger.acked >= 500, timeout=60)
+                # Clients and controllers still reach the leader; its followers do not.
+                await cluster.kafka_script("replication", "stall", str(leader))
+                await asyncio.sleep(2.0)  # answers the followers fetched before the cut
+                acked_at_cut = ledger.acked
+                # Past replica.lag.time.max.ms (30 s): the leader drops both followers from
+                # the ISR, and then refuses acks=all writes (NOT_ENOUGH_REPLICAS).
+                await asyncio.sleep(35.0)
+                isr_during_cut = (await partition_state(kafka_bootstrap, topic))["isr"]
+                acked_during_cut = ledger.acked - acked_at_cut
+            finally:
+                await cluster.kafka_script("replication", "heal")
+            await cluster.wait_fully_replicated(kafka_bootstrap, topic, timeout=180)
+            healed_at = ledger.acked
+            await wait_until(lambda: ledger.acked >= healed_at + 500, timeout=120)
+            stop.set()
+            await producing
+    finally:
+        stop.set()
+        await restore()
+    assert await ledger.settle() == 0
+    found = await read_back(kafka_bootstrap, topic, ledger)
+    summary = report(
+        ledger, found, f"leader {leader} cut off from its followers for 37 s (ISR then "
+        f"{isr_during_cut})",
+    )
+    assert isr_during_cut == [leader], summary  # the cut took: the followers fell out
+    assert acked_during_cut == 0, summary
+    assert ledger.acked >= 1000, summary  # the floor
+    assert ledger.failed == ledger.indeterminate == ledger.not_sent == 0, summary
+    assert found.clean, summary
+    assert found.duplicated == 0, summary
+    assert ledger.check_ack_order() == 0, summary
