@@ -636,8 +636,14 @@ class AioKafkaAdapter:
             timeout=timeout_ms,
             topics=list(by_topic.items()),
         )
-        with map_errors():
-            response = await self.client.send(node, request)
+        try:
+            with map_errors():
+                response = await self.client.send(node, request)
+        except AioAccumError as exc:
+            # Only a node that was never connected saw nothing; after the request was written,
+            # a lost connection or a timeout leaves its batches possibly in the log.
+            exc.possibly_written = not isinstance(exc.__cause__, kerr.NodeNotReadyError)
+            raise
         if acks == 0:
             return {tp: PartitionResponse(None, -1, -1) for tp, _ in batches}
         out: dict[TopicPartition, PartitionResponse] = {}

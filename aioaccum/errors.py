@@ -126,14 +126,24 @@ class BrokerError(AioAccumError):
     def __reduce__(self) -> tuple[object, ...]:
         return (
             _rebuild_broker_error,
-            (type(self), str(self), self.errno, self.retriable, self.invalid_metadata),
+            (
+                type(self), str(self), self.errno, self.retriable, self.invalid_metadata,
+                self.possibly_written,
+            ),
         )
 
 
 def _rebuild_broker_error(
-    cls: type[BrokerError], message: str, errno: int, retriable: bool, invalid_metadata: bool
+    cls: type[BrokerError],
+    message: str,
+    errno: int,
+    retriable: bool,
+    invalid_metadata: bool,
+    possibly_written: bool = False,
 ) -> BrokerError:
-    return cls(message, errno=errno, retriable=retriable, invalid_metadata=invalid_metadata)
+    error = cls(message, errno=errno, retriable=retriable, invalid_metadata=invalid_metadata)
+    error.possibly_written = possibly_written
+    return error
 
 
 class TopicAuthorizationError(BrokerError):

@@ -238,7 +238,13 @@ class Producer:
         try:
             if sender is not None and task is not None:
                 sender.initiate_close()
-                done, _ = await asyncio.wait({task}, timeout=timeout)
+                try:
+                    done, _ = await asyncio.wait({task}, timeout=timeout)
+                except BaseException:
+                    # close() itself was cancelled (a shutdown deadline): stop at once rather
+                    # than leave the sender working against a closed connection.
+                    sender.force_close()
+                    raise
                 if not done:
                     sender.force_close()  # every record has its outcome when this returns
                     done, _ = await asyncio.wait({task}, timeout=_CLOSE_GRACE_S)

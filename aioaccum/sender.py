@@ -34,6 +34,7 @@ from aioaccum.errors import AioAccumError
 __all__ = ["Sender"]
 
 _INF = float("inf")
+_QUIET_INIT_ATTEMPTS = 5  # InitProducerId failures logged at DEBUG before the first warning
 
 log = logging.getLogger(__name__)
 
@@ -275,9 +276,20 @@ class Sender:
             producer_id, epoch = await self._kafka.init_producer_id()
         except AioAccumError as exc:
             self.core.on_producer_id_error(exc, self._now())
-            if self.core.fatal_error is None:
-                log.warning("InitProducerId failed (attempt %d): %s",
-                            self.core.init_attempts, exc)
+            attempts = self.core.init_attempts
+            if self.core.fatal_error is not None:
+                return
+            # A cluster just started answers COORDINATOR_LOAD_IN_PROGRESS for a few rounds:
+            # worth a word only when it persists.
+            if attempts < _QUIET_INIT_ATTEMPTS:
+                log.debug("InitProducerId failed (attempt %d): %s", attempts, exc)
+            elif (held := self._failure_log.allow("producer id")) is not None:
+                log.warning(
+                    "no producer id after %d attempts (last: %s); nothing is sent until one "
+                    "comes: is __transaction_state available on the brokers?%s",
+                    attempts, exc,
+                    f" ({held} more failed attempt(s) since the last message)" if held else "",
+                )
             return
         except Exception as exc:
             # A bug: stop the producer with it rather than wait for an id that never comes.
@@ -314,8 +326,9 @@ class Sender:
             # A bug: fail what this request holds, then stop the producer, for the state it
             # left (sequences, mutes, buffers) cannot be trusted any more.
             log.exception("unexpected error while sending to node %d", node)
-            core.on_request_crashed(node, batches, exc)
             core.fail(exc)
+            # Sent, and no answer taken in: ProducerFailedError, possibly written.
+            core.on_request_cancelled(node, batches)
         finally:
             # Buffers came back even where no batch ended (an expired one was waiting for
             # them), and flush() waits for those too.
@@ -325,7 +338,7 @@ class Sender:
     def _say_request_failed(
         self, node: int, error: AioAccumError, batches: list[Any]
     ) -> None:
-        held = self._failure_log.allow(node)
+        held = self._failure_log.allow((node, type(error)))
         if held is None:
             return
         log.warning(
@@ -339,6 +352,7 @@ class Sender:
 
     async def _shutdown(self) -> None:
         self._stopped = True
+        finished = False
         try:
             # Every record has an outcome when the loop ends on its own (see must_run), so a
             # request still out only holds buffers: cancelling it loses nothing.
@@ -347,8 +361,12 @@ class Sender:
                 task.cancel()
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
+            finished = True
         finally:
             self.abandon()
+            if finished:
+                # No request reads a buffer now, including one whose task never ran.
+                self.core.release_buffers()
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

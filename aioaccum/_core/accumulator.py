@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from time import sleep
 from typing import TYPE_CHECKING, Protocol, cast
 
-from aioaccum._core.batch import ProducerBatch, RunSink
+from aioaccum._core.batch import FinalState, ProducerBatch, RunSink
 from aioaccum._core.cluster import ClusterView, TopicPartition
 from aioaccum._core.codecs import CompressionRatioEstimator, CompressionType
 from aioaccum._core.futures import CallbackLoop, FutureRecordMetadata, RecordFuture
@@ -729,7 +729,11 @@ class RecordAccumulator:
             if batch not in self._incomplete:
                 return
             self._incomplete.discard(batch)
-            if batch.is_closed and batch.compression is not CompressionType.NONE:
+            if (
+                batch.is_closed
+                and batch.compression is not CompressionType.NONE
+                and batch.final_state is not FinalState.ABORTED  # never sealed: no ratio
+            ):
                 self._estimator.update_estimation(
                     batch.tp.topic, batch.compression, batch.builder.compression_ratio
                 )
@@ -781,6 +785,14 @@ class RecordAccumulator:
         whose records ended while its request is still out only holds its buffer."""
         with self._lock:
             return any(not batch.is_done for batch in self._incomplete)
+
+    def release_ended(self) -> None:
+        """Return the buffer of every batch that has ended but is still held (the last step
+        of a stop, once no request can read one)."""
+        with self._lock:
+            for batch in list(self._incomplete):
+                if batch.is_done:
+                    self.deallocate(batch)
 
     def abort_unended(self, error: BaseException) -> list[ProducerBatch]:
         """End every batch that has not ended with ``error``: the queued ones, and any a

@@ -26,6 +26,7 @@ error code to decision. A batch's buffer returns to the pool only once its reque
 
 from __future__ import annotations
 
+import copy
 import enum
 import random
 from collections.abc import Mapping
@@ -133,7 +134,14 @@ _TRANSITIONS = {
 _INF = float("inf")
 # Answers that leave a batch possibly in the log: the leader wrote it and the replication wait
 # ended without an outcome.
-_MAYBE_WRITTEN = frozenset({Errors.REQUEST_TIMED_OUT, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
+# NOT_LEADER_OR_FOLLOWER too: with acks=all, a leader that lost its leadership while waiting for
+# its followers answers it for a batch it had appended, which may survive on the new leader.
+_MAYBE_WRITTEN = frozenset({
+    Errors.REQUEST_TIMED_OUT,
+    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    Errors.NOT_LEADER_OR_FOLLOWER,
+    Errors.KAFKA_STORAGE_ERROR,
+})
 
 
 class SenderCore:
@@ -408,8 +416,8 @@ class SenderCore:
         if isinstance(error, BrokerError) and error.invalid_metadata:
             stale.update(b.tp.topic for b in batches)
         for batch in batches:
-            # No answer came: the request may have reached the broker and been written.
-            batch.possibly_written = True
+            if error.possibly_written:  # no answer, after the request may have arrived
+                batch.possibly_written = True
             self._on_batch_error(batch, error, now, stale)
         self._end_request(node, batches)
         return [RefreshMetadata(tuple(sorted(stale)))] if stale else []
@@ -419,19 +427,6 @@ class SenderCore:
         error = self._unanswered_error()
         for batch in batches:
             if batch.abort(error):
-                self.batches_ended += 1
-            self._acc.deallocate(batch)
-        self._end_request(node, batches)
-
-    def on_request_crashed(
-        self, node: int, batches: list[ProducerBatch], exc: BaseException
-    ) -> None:
-        """Handling a request raised (a bug): fail whatever it still holds, never strand it."""
-        error = BrokerError(f"unexpected error while sending to node {node}: {exc!r}")
-        error.__cause__ = exc
-        for batch in batches:
-            if batch.fail(error):
-                self._metrics.record_errors(batch.record_count)
                 self.batches_ended += 1
             self._acc.deallocate(batch)
         self._end_request(node, batches)
@@ -516,6 +511,12 @@ class SenderCore:
         self._acc.reenqueue(batch, now, self._backoff(batch.attempts + 1))
 
     def _fail_batch(self, batch: ProducerBatch, error: BaseException) -> None:
+        if batch.possibly_written and isinstance(error, AioAccumError) and not (
+            error.possibly_written
+        ):
+            # The last answer was definite, but an earlier attempt went unanswered.
+            error = copy.copy(error)
+            error.possibly_written = True
         if batch.base_sequence >= 0 and self._txn is not None:
             # Its sequence range is never written: later batches must not wait for it.
             self._txn.request_reset()
@@ -570,15 +571,25 @@ class SenderCore:
     def _unanswered_error(self) -> ProducerClosedError:
         """For records of a request still out when the producer stops: sent, so possibly
         written."""
-        if self.fatal_error is None:
+        fatal = self.fatal_error
+        if fatal is None:
             error = ProducerClosedError(
                 "the producer closed before the broker answered; the records were sent and "
                 "may have been written"
             )
         else:
-            error = self.closing_error()
+            error = ProducerFailedError(
+                f"the producer stopped on an error before the broker answered: {fatal!r}; the "
+                "records were sent and may have been written"
+            )
+            error.__cause__ = fatal
         error.possibly_written = True
         return error
+
+    def release_buffers(self) -> None:
+        """Return the buffers of ended batches no request holds any more: call only once
+        every request task has finished (a task that never ran leaves its batches here)."""
+        self._acc.release_ended()
 
     def abandon(self) -> None:
         """End every record that has not ended, now, with :meth:`closing_error`: those queued,

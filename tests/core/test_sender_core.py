@@ -424,7 +424,9 @@ def test_a_batch_sent_without_an_answer_is_not_resent_under_a_new_epoch() -> Non
     [unanswered] = h.append(TP0, T0)
     node, first = h.one_batch(TP0, T0)
     # The request times out: the broker may have written it. It goes back for a retry.
-    h.core.on_produce_error(node, [first], ProducerTimeoutError("no answer in 30000 ms"), T0)
+    timed_out = ProducerTimeoutError("no answer in 30000 ms")
+    timed_out.possibly_written = True  # as the adapter marks a request that was written
+    h.core.on_produce_error(node, [first], timed_out, T0)
     assert first.possibly_written
     h.append(TP1, T0)
     node1, second = h.one_batch(TP1, T0)
@@ -439,6 +441,9 @@ def test_a_batch_sent_without_an_answer_is_not_resent_under_a_new_epoch() -> Non
     assert failure.possibly_written
     assert "could write them twice" in str(failure)
     assert not later.done()  # never sent: re-stamped under the new epoch and sent again
+    resent = [b for r in h.produce(T0 + 1) for b in r.batches]
+    assert {stamp(b)[:2] for b in resent} == {(1000, 1)}
+    assert TP0 not in {b.tp for b in resent}  # the possibly written batch is not among them
 
 
 def test_an_exhausted_epoch_takes_a_new_producer_id() -> None:
@@ -499,14 +504,18 @@ def test_cancelled_request_aborts_its_records_and_frees_its_buffer() -> None:
     assert h.core.in_flight_requests == 0
 
 
-def test_a_crash_while_handling_an_answer_fails_the_records_once() -> None:
+def test_a_crash_while_handling_an_answer_fails_the_records_once_as_possibly_written() -> None:
     h = Harness()
     [future] = h.append(TP0, T0)
     node, batch = h.one_batch(TP0, T0)
-    h.core.on_request_crashed(node, [batch], KeyError("bug"))
-    h.core.on_request_crashed(node, [batch], KeyError("again"))  # reported twice: no effect
-    assert isinstance(future.exception(), BrokerError)
-    assert "KeyError('bug')" in str(future.exception())
+    bug = KeyError("bug")
+    h.core.fail(bug)  # what the shell does when handling a request raises
+    h.core.on_request_cancelled(node, [batch])
+    h.core.on_request_cancelled(node, [batch])  # reported twice: no effect
+    failure = future.exception()
+    assert isinstance(failure, ProducerFailedError)
+    assert failure.__cause__ is bug
+    assert failure.possibly_written  # it was sent, and its answer was never taken in
     assert h.core.in_flight_requests == 0
     assert h.held() == 0
 
@@ -573,3 +582,27 @@ def test_a_retry_deadline_a_sliver_away_counts_as_reached() -> None:
     wait = h.poll(T0)[-1]
     assert isinstance(wait, Wait)
     assert InitProducerId() in h.poll(T0 + wait.timeout - 1e-9)
+
+
+def test_a_definite_refusal_after_an_unanswered_attempt_stays_possibly_written() -> None:
+    h = idempotent_started()
+    [future] = h.append(TP0, T0)
+    node, batch = h.one_batch(TP0, T0)
+    timed_out = ProducerTimeoutError("no answer")
+    timed_out.possibly_written = True
+    h.core.on_produce_error(node, [batch], timed_out, T0)
+    [request] = h.produce(T0 + 1)  # the retry, after its backoff
+    refused = broker(Errors.INVALID_TIMESTAMP)  # final: but the first attempt may be written
+    h.core.on_produce_response(request.node, request.batches, {TP0: Answer(refused)}, T0 + 2)
+    failure = future.exception()
+    assert isinstance(failure, BrokerError)
+    assert failure.errno == Errors.INVALID_TIMESTAMP
+    assert failure.possibly_written
+
+
+def test_a_request_that_never_reached_a_broker_leaves_its_batch_definite() -> None:
+    h = idempotent_started()
+    h.append(TP0, T0)
+    node, batch = h.one_batch(TP0, T0)
+    h.core.on_produce_error(node, [batch], ProducerTimeoutError("node not ready"), T0)
+    assert not batch.possibly_written

@@ -9,7 +9,8 @@ import pytest
 
 from aioaccum import ProducerTimeoutError
 from aioaccum._core.cluster import StaticCluster, TopicPartition
-from aioaccum._kafka import PartitionResponse
+from aioaccum._core.kafka_errors import Errors
+from aioaccum._kafka import PartitionResponse, broker_error_for_code
 from aioaccum._logs import REPEAT_EVERY_S, Throttle, demote_aiokafka_noise
 from aioaccum.producer import Producer
 
@@ -75,3 +76,35 @@ async def test_a_broker_failing_every_request_is_told_once_a_minute(
     assert len(told) == 1, told
     assert "delivery_timeout_ms" in told[0]
     assert REPEAT_EVERY_S == 60.0
+
+
+@pytest.mark.looptime
+async def test_a_producer_id_late_at_start_is_quiet_and_one_that_never_comes_is_told_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Loading(FakeKafka):
+        refusals = 0
+        refuse_first = 0
+
+        async def init_producer_id(self) -> tuple[int, int]:
+            if self.refusals < self.refuse_first:
+                self.refusals += 1
+                raise broker_error_for_code(Errors.COORDINATOR_LOAD_IN_PROGRESS)
+            return 7, 0
+
+    caplog.set_level(logging.DEBUG, logger="aioaccum")
+    for refuse_first, warnings in ((3, 0), (40, 1)):
+        caplog.clear()
+        fake = Loading(StaticCluster.uniform({"t": 1}, nodes=1))
+        fake.refuse_first = refuse_first
+        producer = Producer("fake:9092", kafka=fake, linger_ms=0, retry_backoff_ms=10,
+                            retry_backoff_max_ms=50)
+        async with producer:
+            await (await producer.send("t", b"v", partition=0))
+        assert fake.refusals == refuse_first
+        told = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(told) == warnings, told
+        quiet = [r for r in caplog.records if "InitProducerId failed" in r.getMessage()]
+        assert {r.levelno for r in quiet} == {logging.DEBUG}
+        if warnings:
+            assert "no producer id after 5 attempts" in told[0]

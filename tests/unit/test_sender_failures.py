@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from aioaccum import BrokerError, DeliveryTimeoutError, ProducerClosedError
+from aioaccum import BrokerError, DeliveryTimeoutError, ProducerClosedError, ProducerFailedError
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
 from aioaccum._kafka import PartitionResponse
@@ -107,9 +107,10 @@ async def test_an_unexpected_adapter_error_fails_the_records_instead_of_strandin
     producer = make(Broken(CLUSTER))
     await producer.start()
     future = await producer.send("t", b"x", partition=0)
-    with pytest.raises(BrokerError, match="decoder bug") as info:
+    with pytest.raises(ProducerFailedError, match="decoder bug") as info:
         await asyncio.wait_for(future, 5)
     assert isinstance(info.value.__cause__, RuntimeError)
+    assert info.value.possibly_written
     await asyncio.wait_for(producer.close(), 5)
     assert producer.pool is not None
     assert producer.pool.available_memory() == producer.pool.total_memory

@@ -29,7 +29,7 @@ from .fake_kafka import FakeKafka
 pytestmark = pytest.mark.looptime
 
 TP0 = TopicPartition("t", 0)
-CLUSTER = StaticCluster.uniform({"t": 3}, nodes=3)
+CLUSTER = StaticCluster.uniform({"t": 3, "u": 3}, nodes=3)
 
 
 class Boom(Exception):
@@ -67,12 +67,12 @@ class Broken(FakeKafka):
     def leader_for(self, tp: TopicPartition) -> int | None:
         if self.step == "leader":
             raise Boom("leader lookup")
-        if self.step == "metadata":
+        if self.step == "metadata" or (self.step == "metadata-beside-produce" and tp.topic == "u"):
             return None  # unknown: the sender asks for metadata, which raises
         return super().leader_for(tp)
 
     def request_metadata_update(self, topics: Sequence[str] = ()) -> None:
-        if self.step == "metadata":
+        if self.step in ("metadata", "metadata-beside-produce"):
             raise Boom("metadata request")
         super().request_metadata_update(topics)
 
@@ -103,7 +103,16 @@ def _broken_gzip(_data: Any, _level: int | None = None) -> bytes:
     raise Boom("codec")
 
 
-STEPS = ["leader", "compress", "metadata", "produce", "answer", "error-answer", "producer-id"]
+STEPS = [
+    "leader",
+    "compress",
+    "metadata",
+    "metadata-beside-produce",  # a request drained in the same turn is never started
+    "produce",
+    "answer",
+    "error-answer",
+    "producer-id",
+]
 
 
 async def _settled(future: Any) -> None:
@@ -125,7 +134,8 @@ async def test_a_failure_at_any_step_ends_in_typed_errors_and_a_stopped_producer
 ) -> None:
     fake = Broken(CLUSTER)
     fake.step = step
-    settings: dict[str, Any] = {"linger_ms": 0, "enable_idempotence": True}
+    # Lingering, so every batch is drained in one turn (with "u"'s metadata request).
+    settings: dict[str, Any] = {"linger_ms": 20, "enable_idempotence": True}
     if step == "compress":
         monkeypatch.setitem(codecs._COMPRESS, codecs.CompressionType.GZIP, _broken_gzip)
         settings["compression_type"] = "gzip"
@@ -133,13 +143,15 @@ async def test_a_failure_at_any_step_ends_in_typed_errors_and_a_stopped_producer
     await producer.start()
     loop = asyncio.get_running_loop()
     futures = [await producer.send("t", b"v%d" % i, partition=0) for i in range(3)]
+    if step == "metadata-beside-produce":
+        futures.append(await producer.send("u", b"w", partition=0))
 
     await asyncio.wait([asyncio.ensure_future(_settled(f)) for f in futures], timeout=5)
     pending = [f for f in futures if not f.done()]
     assert not pending, f"{len(pending)} record future(s) still pending after a {step} failure"
     for future in futures:
         error = future.exception()
-        assert isinstance(error, AioAccumError), f"{step}: untyped {error!r}"
+        assert isinstance(error, ProducerFailedError), f"{step}: {error!r}"
         assert _caused_by_boom(error), f"{step}: the cause is not chained: {error!r}"
 
     with pytest.raises(ProducerFailedError, match="Boom") as refused:
