@@ -398,9 +398,18 @@ async def test_a_leader_cut_off_from_its_followers_acknowledges_nothing_and_lose
         try:
             await asyncio.sleep(2.0)  # answers the followers fetched before the cut
             acked_at_cut = ledger.acked
-            # Past replica.lag.time.max.ms (30 s): the leader drops both followers from the
-            # ISR, and then refuses acks=all writes (NOT_ENOUGH_REPLICAS).
-            await asyncio.sleep(35.0)
+            cut_at = time.monotonic()
+
+            # After replica.lag.time.max.ms (30 s), at the leader's next check (every 15 s),
+            # both followers drop out of the ISR; then acks=all writes are refused
+            # (NOT_ENOUGH_REPLICAS). Until then they wait for followers that never fetch.
+            async def alone() -> bool:
+                state = await partition_state(kafka_bootstrap, topic)
+                return state["isr"] == [leader]
+
+            await poll_until(alone, timeout=120, what=f"the ISR shrinking to leader {leader}")
+            await asyncio.sleep(5.0)  # and writes are refused for a while
+            cut_for = time.monotonic() - cut_at + 2.0
             isr_during_cut = (await partition_state(kafka_bootstrap, topic))["isr"]
             acked_during_cut = ledger.acked - acked_at_cut
         finally:
@@ -410,7 +419,8 @@ async def test_a_leader_cut_off_from_its_followers_acknowledges_nothing_and_lose
         await wait_until(lambda: ledger.acked >= healed_at + 500, timeout=120)
     summary = await check(
         kafka_bootstrap, topic, ledger,
-        f"leader {leader} cut off from its followers for 37 s (ISR then {isr_during_cut})",
+        f"leader {leader} cut off from its followers for {cut_for:.0f} s (ISR then "
+        f"{isr_during_cut})",
         floor=1000,
     )
     assert isr_during_cut == [leader], summary  # the cut took: the followers fell out
