@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import random
 import ssl
-import subprocess
 import sys
 import time
 import uuid
@@ -284,11 +282,7 @@ def security_settings(security: str) -> dict[str, object]:
     """Producer settings for the cluster's SASL_SSL listener (``scripts/kafka security``)."""
     if security == "plaintext":
         return {}
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "kafka"), "security"],
-        capture_output=True, text=True, check=True, timeout=60,
-    )
-    listener = json.loads(out.stdout)
+    listener = cluster.security_listener()
     user = listener["users"]["SCRAM-SHA-512"]
     return {
         "bootstrap_servers": listener["bootstrap"],

@@ -15,6 +15,8 @@ Kafka
                            configs=None)`` creates a fresh, uniquely named topic and returns its
                            name; the topics are deleted after the test (best effort)
     ``new_topic``          one such topic with the defaults (6 partitions, RF 3 on 3 brokers)
+    ``listener``           ``scripts/kafka security``: CA file, bootstrap and users of the
+                           cluster's SASL_SSL listener
 
     ``@pytest.mark.three_brokers`` implies ``kafka`` and fails a test when the cluster has
     fewer than 3 brokers.
@@ -42,13 +44,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
 import uvloop
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.metadata import MetadataRequest
+from faults.cluster import ClusterControlError, security_listener
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SCRIPT = REPO_ROOT / "scripts" / "kafka"
@@ -275,3 +278,12 @@ async def topic_factory(
 async def new_topic(topic_factory: TopicFactory) -> str:
     """A fresh topic with 6 partitions and replication factor 3 (fewer on a smaller cluster)."""
     return await topic_factory()
+
+
+@pytest.fixture(scope="module")
+def listener(kafka_bootstrap: str) -> dict[str, Any]:
+    """``scripts/kafka security`` of the session's cluster: CA file, bootstrap, users."""
+    try:
+        return security_listener()
+    except ClusterControlError as exc:
+        pytest.fail(str(exc), pytrace=False)

@@ -12,10 +12,12 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.metadata import MetadataRequest
@@ -28,6 +30,7 @@ __all__ = [
     "kafka_script",
     "leader_counts",
     "restart_gracefully",
+    "security_listener",
     "start_broker",
     "stop_broker",
     "wait_fully_replicated",
@@ -68,6 +71,22 @@ async def kafka_script(*args: str, timeout: float = SCRIPT_TIMEOUT_S) -> str:
             f"{out.decode(errors='replace')}{err.decode(errors='replace')}"
         )
     return out.decode()
+
+
+def security_listener() -> dict[str, Any]:
+    """``scripts/kafka security``: CA file, bootstrap and users of the SASL_SSL listener."""
+    result = subprocess.run(
+        [sys.executable, str(KAFKA_SCRIPT), "security"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise ClusterControlError(f"scripts/kafka security failed:\n{result.stderr}")
+    info: dict[str, Any] = json.loads(result.stdout)
+    return info
 
 
 async def cluster_ports() -> dict[int, dict[str, int]]:

@@ -16,11 +16,8 @@ back, while the refused record is not in the log.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import ssl
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -259,23 +256,6 @@ async def test_a_timestamp_outside_the_topics_window_fails_at_once(
 
 
 # --- authorization -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def listener(kafka_bootstrap: str) -> dict[str, Any]:
-    """`scripts/kafka security` of the session's cluster: CA file, bootstrap, users."""
-    result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "kafka"), "security"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if result.returncode != 0:
-        pytest.fail(f"scripts/kafka security failed:\n{result.stderr}", pytrace=False)
-    info: dict[str, Any] = json.loads(result.stdout)
-    return info
 
 
 def sasl_settings(listener: dict[str, Any]) -> dict[str, Any]:

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import ssl
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,23 +42,6 @@ RECORDS = 20
 
 
 # --- the listener --------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def listener(kafka_bootstrap: str) -> dict[str, Any]:
-    """`scripts/kafka security` of the session's cluster: CA file, bootstrap, users."""
-    result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "kafka"), "security"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if result.returncode != 0:
-        pytest.fail(f"scripts/kafka security failed:\n{result.stderr}", pytrace=False)
-    info: dict[str, Any] = json.loads(result.stdout)
-    return info
 
 
 def trusted_context(listener: dict[str, Any]) -> ssl.SSLContext:
