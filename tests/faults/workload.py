@@ -113,14 +113,24 @@ class Ledger:
     def pending(self) -> int:
         return len(self._pending)
 
-    async def send(self, producer: Producer, topic: str) -> None:
-        """Offer the next record; note its fate when it has one."""
+    async def send(
+        self,
+        producer: Producer,
+        topic: str,
+        *,
+        key: bytes | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Offer the next record (with ``key``, to ``partition``); note its fate when it has
+        one."""
         rid = len(self.states)
         self.states.append(PENDING)
         self.partitions.append(-1)
         self.offsets.append(-1)
         try:
-            fut = await producer.send(topic, record_value(rid, self.value_size))
+            fut = await producer.send(
+                topic, record_value(rid, self.value_size), key=key, partition=partition
+            )
         except AioAccumError as exc:
             self.states[rid] = NOT_SENT
             self._note(self.send_errors, exc)

@@ -45,16 +45,14 @@ from faults.workload import (
     INDETERMINATE,
     NOT_SENT,
     OUTCOME_HEADER,
-    PENDING,
     Ledger,
     ReadBack,
     outcome_row,
     read_back,
-    record_value,
     wait_until,
 )
 
-from aioaccum import AioAccumError, ConfigError, FutureRecordMetadata, Producer
+from aioaccum import ConfigError, FutureRecordMetadata, Producer
 
 if TYPE_CHECKING:
     from conftest import TopicFactory
@@ -89,9 +87,6 @@ class RoutedLedger(Ledger):
     keyed: set[int] = field(default_factory=set)
     acked_at: dict[int, float] = field(default_factory=dict)
 
-    async def send(self, producer: Producer, topic: str) -> None:
-        await self.send_to(producer, topic)
-
     async def send_to(
         self,
         producer: Producer,
@@ -100,34 +95,18 @@ class RoutedLedger(Ledger):
         key: bytes | None = None,
         partition: int | None = None,
     ) -> None:
-        """:meth:`Ledger.send` with a key or an explicit partition."""
+        """:meth:`Ledger.send`, noting whether the record had a key or named a partition."""
         rid = self.offered
-        self.states.append(PENDING)
-        self.partitions.append(-1)
-        self.offsets.append(-1)
         if partition is not None:
             self.requested[rid] = partition
         if key is not None:
             self.keyed.add(rid)
-        try:
-            fut = await producer.send(
-                topic, record_value(rid, self.value_size), key=key, partition=partition
-            )
-        except AioAccumError as exc:
-            self.states[rid] = NOT_SENT
-            self._note(self.send_errors, exc)
-            return
-        except Exception as exc:
-            self.states[rid] = NOT_SENT
-            self._note(self.untyped, exc, prefix="send: ")
-            return
-        if fut.done():
-            self._stamp(rid, fut)
-            self._done(rid, fut)
-        else:
-            self._pending[rid] = fut
-            fut.add_done_callback(functools.partial(self._stamp, rid))
-            fut.add_done_callback(functools.partial(self._done, rid))
+        await self.send(producer, topic, key=key, partition=partition)
+
+    def _done(self, rid: int, fut: FutureRecordMetadata) -> None:
+        if rid not in self.acked_at and not fut.cancelled() and fut.exception() is None:
+            self.acked_at[rid] = time.monotonic()
+        super()._done(rid, fut)
 
     async def produce_routed(
         self,
@@ -150,10 +129,6 @@ class RoutedLedger(Ledger):
                 key, partition = route(self.offered)
                 await self.send_to(producer, topic, key=key, partition=partition)
             await asyncio.sleep(0)
-
-    def _stamp(self, rid: int, fut: FutureRecordMetadata) -> None:
-        if not fut.cancelled() and fut.exception() is None:
-            self.acked_at[rid] = time.monotonic()
 
     def acked_in(self, partition: int, *, since: float = 0.0, explicit: bool = False) -> int:
         """Records acknowledged in ``partition`` at or after ``since``: keyless ones, or those
