@@ -369,12 +369,17 @@ async def test_a_leader_paused_past_the_request_timeout_loses_nothing_when_it_wa
     finally:
         if paused is not None:
             os.kill(paused, signal.SIGCONT)
-    await check(
+    # Requests to a paused leader get no answer: their batches are possibly written. Should an
+    # epoch bump follow, those still queued fail as indeterminate rather than risk a second copy;
+    # nothing may fail definitely.
+    summary = await check(
         kafka_bootstrap, topic, ledger,
         f"SIGSTOP node {victim} (leader of {led}/6) for 15 s ({acked_while_paused} "
         "acknowledged meanwhile), then SIGCONT",
         floor=8000,
+        strict=False,
     )
+    assert ledger.failed == ledger.not_sent == 0, summary
 
 
 # --- a leader cut off from its followers
