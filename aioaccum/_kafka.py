@@ -16,7 +16,7 @@ import ssl
 import struct
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import aiokafka.errors as kerr
@@ -37,6 +37,7 @@ from aioaccum._core import kafka_errors
 from aioaccum._core.cluster import TopicPartition
 from aioaccum._logs import Throttle, demote_aiokafka_noise
 from aioaccum._metadata import MetadataClient
+from aioaccum._wire import I32, NO_TAGS, Call, Reader, compact_str, uvarint
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
     AioAccumError,
@@ -334,6 +335,11 @@ class AioKafkaAdapter:
         # Partition count per topic as last handed out, and who wants to know when it changes.
         self._partition_counts: dict[str, int] = {}
         self._count_listeners: list[Callable[[str], None]] = []
+        # Set by a transactional producer (aioaccum.transactions): every produce request names
+        # the transaction, and under KIP-890 (transaction.version 2) goes out as v12, which
+        # adds its partitions to the transaction by itself.
+        self.transactional_id: str | None = None
+        self.produce_v12 = False
 
     @property
     def client(self) -> AIOKafkaClient:
@@ -630,12 +636,16 @@ class AioKafkaAdapter:
         by_topic: dict[str, list[tuple[int, memoryview]]] = collections.defaultdict(list)
         for tp, records in batches:
             by_topic[tp[0]].append((tp[1], records))
-        request = _FastProduceRequest(
-            transactional_id=None,
-            required_acks=acks,
-            timeout=timeout_ms,
-            topics=list(by_topic.items()),
-        )
+        request: Any
+        if self.produce_v12:
+            request = _produce_v12(self.transactional_id, acks, timeout_ms, by_topic)
+        else:
+            request = _FastProduceRequest(
+                transactional_id=self.transactional_id,
+                required_acks=acks,
+                timeout=timeout_ms,
+                topics=list(by_topic.items()),
+            )
         try:
             with map_errors():
                 response = await self.client.send(node, request)
@@ -687,6 +697,7 @@ def _size_of(
 
 # --- the produce request, encoded in one pass
 
+_PRODUCE = 0
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _ACKS_AND_TIMEOUT = struct.Struct(">hi")
@@ -783,3 +794,50 @@ class _FastProduceRequest(ProduceRequest):  # type: ignore[misc]  # aiokafka is 
 
     def build(self, request_struct_class: type[Any]) -> Any:
         return super().build(_FAST_STRUCTS.get(request_struct_class, request_struct_class))
+
+
+# --- produce v12, for KIP-890 transactions (flexible format)
+
+
+def _produce_v12(
+    transactional_id: str | None,
+    acks: int,
+    timeout_ms: int,
+    by_topic: Mapping[str, list[tuple[int, memoryview]]],
+) -> Call:
+    """Produce v12: the first version whose partitions join a transaction by themselves
+    (KIP-890); v13 names topics by id instead."""
+
+    def body(_version: int) -> bytes:
+        parts: list[bytes | memoryview] = [
+            compact_str(transactional_id), _ACKS_AND_TIMEOUT.pack(acks, timeout_ms)
+        ]
+        parts.append(uvarint(len(by_topic) + 1))
+        for topic, partitions in by_topic.items():
+            parts += (compact_str(topic), uvarint(len(partitions) + 1))
+            for partition, records in partitions:
+                parts += (I32.pack(partition), uvarint(len(records) + 1), records, NO_TAGS)
+            parts.append(NO_TAGS)
+        parts.append(NO_TAGS)
+        return b"".join(parts)
+
+    def read(_version: int, r: Reader) -> _ProduceResponse:
+        topics = []
+        for _ in range(r.compact_count()):
+            topic = r.compact_str() or ""
+            partitions: list[tuple[Any, ...]] = []
+            for _ in range(r.compact_count()):
+                partition, code, offset, timestamp = r.int32(), r.int16(), r.int64(), r.int64()
+                r.int64()  # log start offset
+                for _ in range(r.compact_count()):  # per-record errors: the message says it
+                    r.int32()
+                    r.compact_str()
+                    r.tags()
+                message = r.compact_str()
+                r.tags()
+                partitions.append((partition, code, offset, timestamp, -1, None, message))
+            r.tags()
+            topics.append((topic, partitions))
+        return _ProduceResponse(topics, r.int32())
+
+    return Call(_PRODUCE, (12,), body, read)

@@ -8,23 +8,36 @@ list of ``bytes | None`` of the same length. :func:`produce` takes a blocking it
 (a Spark local iterator, or a task's Arrow input), pulls the next chunk in a worker thread while
 the current one is being sent, and counts every record's outcome in a :class:`Tally` through a
 done-callback, so that no future outlives its record.
+
+With ``exactly_once=True`` each Spark partition's records go out in a transaction of their own
+(:func:`produce_transaction`): the producer's transactional id is the write's prefix and the
+partition index, so that its start fences any earlier attempt of the same partition (the broker
+aborts what that attempt left open). The transaction is flushed and *prepared*, never committed
+here: only the driver commits, once the whole Spark job has succeeded. A task cannot tell a
+complete input from one cut off by a failure upstream (Spark 4.3 can end a Python step's Arrow
+input early, without an exception, when an earlier Python step fails), so a task that committed
+when its input ended could commit a partial attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import pickle
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from aioaccum._core.batch import RecordMetadata
 from aioaccum._core.futures import ThreadRecordFuture
-from aioaccum.errors import AioAccumError, RecordTooLargeError
+from aioaccum.errors import AioAccumError, RecordTooLargeError, TransactionAbortableError
 from aioaccum.producer import Producer
 from aioaccum.sync import SyncProducer
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+    from aioaccum.transactions import PreparedTransaction
 
 __all__ = [
     "RESULT_DDL",
@@ -33,8 +46,11 @@ __all__ = [
     "Tally",
     "chunk_of",
     "make_packer",
+    "prepared_of",
     "produce",
     "produce_from_thread",
+    "produce_partitions",
+    "produce_transaction",
     "run_coroutine",
     "run_task",
     "unpack",
@@ -45,10 +61,11 @@ Column = list[bytes | None]
 Headers = list[tuple[str, bytes | None]]
 T = TypeVar("T")
 
-# One row per Spark task in mode="executors"; the driver adds them up.
+# One row per Spark task in mode="executors"; the driver adds them up. ``prepared`` is the
+# task's PreparedTransaction, pickled (exactly_once=True), null when there is none.
 RESULT_DDL = (
     "task int, records long, bytes long, failures long, first_error string, fatal boolean, "
-    "kafka_partitions array<int>, kafka_counts array<long>"
+    "kafka_partitions array<int>, kafka_counts array<long>, prepared binary"
 )
 
 
@@ -289,27 +306,127 @@ async def produce(
     (a failed Spark job) propagate after the producer closed.
     """
     async with Producer(**settings) as producer:
-        pending: asyncio.Future[Chunk | None] | None = None
-        try:
+        await _pump(producer, chunks, topic, tally, on_chunk)
+    await _run_callbacks(tally)
+
+
+async def produce_transaction(
+    chunks: Iterator[Chunk],
+    topic: str,
+    settings: Mapping[str, Any],
+    tally: Tally,
+    transactional_id: str,
+    on_chunk: Callable[[Chunk], None] | None = None,
+) -> PreparedTransaction | None:
+    """:func:`produce` inside one transaction of ``transactional_id``, prepared, not committed.
+
+    Starting the producer fences every earlier producer of ``transactional_id`` (an earlier
+    attempt of the same Spark partition) and aborts its open transaction. Once every chunk is
+    sent, the transaction is flushed and prepared (:meth:`~aioaccum.Producer.prepare_transaction`)
+    and the producer closed without ending it; the caller hands the result to the driver, the
+    only one that commits.
+
+    Returns:
+        The prepared transaction (``empty`` when no record was sent), or ``None`` when a record
+        failed (the tally says which): closing the producer then aborted the transaction.
+
+    Raises:
+        ProducerFencedError: A later producer took ``transactional_id`` (a newer attempt of
+            the partition) or the broker aborted the transaction after
+            ``transaction_timeout_ms``: this attempt must not be reported as done.
+    """
+    failed_before = tally.failures
+    prepared: PreparedTransaction | None = None
+    producer = Producer(**settings, transactional_id=transactional_id)
+    await producer.start()
+    try:
+        producer.begin_transaction()
+        await _pump(producer, chunks, topic, tally, on_chunk)
+        if not tally.stop:
+            try:
+                prepared = await producer.prepare_transaction()
+            except TransactionAbortableError as exc:
+                # A record failed while being flushed; its own outcome names the cause.
+                await _run_callbacks(tally)
+                if tally.failures == failed_before:
+                    tally.fail(exc, fatal=False)
+                tally.stop = True
+    finally:
+        await producer.close()  # aborts the transaction unless it was prepared
+    await _run_callbacks(tally)
+    return prepared
+
+
+async def produce_partitions(
+    chunks: Iterator[Chunk],
+    topic: str,
+    settings: Mapping[str, Any],
+    tally: Tally,
+    transactional_id_prefix: str,
+    on_chunk: Callable[[Chunk], None] | None = None,
+) -> list[PreparedTransaction]:
+    """``mode="driver"`` with ``exactly_once=True``: each Spark partition's chunks (they come
+    partition by partition) in a transaction of ``f"{transactional_id_prefix}-{partition}"``,
+    each prepared, none committed.
+
+    Stops at the first failure (the tally says which); returns what was prepared until then.
+    """
+    groups = itertools.groupby(chunks, key=_task_of)
+    prepared: list[PreparedTransaction] = []
+    while not tally.stop:
+        group = await asyncio.to_thread(next, groups, None)
+        if group is None:
+            break
+        task, partition_chunks = group
+        done = await produce_transaction(
+            partition_chunks,
+            topic,
+            settings,
+            tally,
+            f"{transactional_id_prefix}-{task}",
+            on_chunk,
+        )
+        if done is not None:
+            prepared.append(done)
+    return prepared
+
+
+def _task_of(chunk: Chunk) -> int:
+    return chunk.task
+
+
+async def _pump(
+    producer: Producer,
+    chunks: Iterator[Chunk],
+    topic: str,
+    tally: Tally,
+    on_chunk: Callable[[Chunk], None] | None,
+) -> None:
+    """Send each chunk of ``chunks`` until they end or the tally says stop."""
+    pending: asyncio.Future[Chunk | None] | None = None
+    try:
+        pending = asyncio.ensure_future(asyncio.to_thread(next, chunks, None))
+        while True:
+            chunk = await pending
+            pending = None
+            if chunk is None:
+                break
             pending = asyncio.ensure_future(asyncio.to_thread(next, chunks, None))
-            while True:
-                chunk = await pending
-                pending = None
-                if chunk is None:
-                    break
-                pending = asyncio.ensure_future(asyncio.to_thread(next, chunks, None))
-                await _send_chunk(producer, topic, chunk, tally)
-                if on_chunk is not None:
-                    on_chunk(chunk)
-                if tally.stop:
-                    break
-        finally:
-            if pending is not None:
-                # A thread cannot be cancelled: let the fetch end before the iterator is dropped.
-                await asyncio.wait({pending})
-                if not pending.cancelled():
-                    pending.exception()
-    # Callbacks of the last futures are queued behind close(); let them run.
+            await _send_chunk(producer, topic, chunk, tally)
+            if on_chunk is not None:
+                on_chunk(chunk)
+            if tally.stop:
+                break
+    finally:
+        if pending is not None:
+            # A thread cannot be cancelled: let the fetch end before the iterator is dropped.
+            await asyncio.wait({pending})
+            if not pending.cancelled():
+                pending.exception()
+
+
+async def _run_callbacks(tally: Tally) -> None:
+    """Let the done-callbacks of ended futures run (they are queued behind close())."""
     for _ in range(1000):
         if tally.outstanding <= 0:
             break
@@ -367,24 +484,38 @@ def run_task(
     settings: Mapping[str, Any],
     header_names: Sequence[str],
     on_error: OnError,
+    transactional_id_prefix: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """One Spark task of ``mode="executors"``: send its rows, yield one row of counts.
 
     Kafka failures never fail the task (Spark would run it again and send its records twice);
-    they are counted and the driver decides.
+    they are counted and the driver decides. With ``transactional_id_prefix``, the rows go out
+    in the partition's transaction (:func:`produce_transaction`), prepared for the driver to
+    commit, and the row names it; a fenced transaction does fail the task, so that Spark runs
+    the partition again (the new attempt fences whatever took over).
     """
     import pyarrow as pa
     from pyspark import TaskContext
 
     context = TaskContext.get()
+    task = -1 if context is None else context.partitionId()
     tally = Tally(on_error)
     chunks = (chunk_of(batch, header_names) for batch in batches if batch.num_rows)
-    run_coroutine(lambda: produce(chunks, topic, settings, tally))
+    prepared: PreparedTransaction | None = None
+    if transactional_id_prefix is None:
+        run_coroutine(lambda: produce(chunks, topic, settings, tally))
+    else:
+        if context is None:
+            raise RuntimeError("exactly_once=True: run_task runs only inside a Spark task")
+        transactional_id = f"{transactional_id_prefix}-{task}"
+        prepared = run_coroutine(
+            lambda: produce_transaction(chunks, topic, settings, tally, transactional_id)
+        )
     counts = sorted(tally.per_partition.items())
     yield pa.RecordBatch.from_pylist(
         [
             {
-                "task": -1 if context is None else context.partitionId(),
+                "task": task,
                 "records": tally.records,
                 "bytes": tally.bytes,
                 "failures": tally.failures,
@@ -392,6 +523,7 @@ def run_task(
                 "fatal": tally.fatal,
                 "kafka_partitions": [p for p, _ in counts],
                 "kafka_counts": [n for _, n in counts],
+                "prepared": None if prepared is None else pickle.dumps(prepared),
             }
         ],
         schema=pa.schema(
@@ -404,6 +536,21 @@ def run_task(
                 ("fatal", pa.bool_()),
                 ("kafka_partitions", pa.list_(pa.int32())),
                 ("kafka_counts", pa.list_(pa.int64())),
+                ("prepared", pa.binary()),
             ]
         ),
     )
+
+
+def prepared_of(row: Any) -> PreparedTransaction | None:
+    """The prepared transaction a task's row of counts (a Spark ``Row``) names, if any."""
+    from aioaccum.transactions import PreparedTransaction
+
+    blob = row["prepared"]
+    if blob is None:
+        return None
+    # Made by run_task in this job's own tasks, which Spark already trusts with pickles.
+    prepared = pickle.loads(blob)
+    if not isinstance(prepared, PreparedTransaction):
+        raise TypeError(f"a task handed back {type(prepared).__name__}, not a PreparedTransaction")
+    return prepared

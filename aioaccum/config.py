@@ -120,6 +120,8 @@ class ProducerConfig:
     client_id: str = _ROW_DEFAULT
     acks: int = _ROW_DEFAULT
     enable_idempotence: bool = _ROW_DEFAULT
+    transactional_id: str | None = _ROW_DEFAULT
+    transaction_timeout_ms: int = _ROW_DEFAULT
     retries: int = _ROW_DEFAULT
     batch_size: int = _ROW_DEFAULT
     linger_ms: int = _ROW_DEFAULT
@@ -325,8 +327,28 @@ class _Rules:
                     f"{floor}, or lower linger_ms or request_timeout_ms"
                 )
             v["delivery_timeout_ms"] = floor
+        if v["transactional_id"] is not None:
+            self.transactions(v)
         if v["enable_idempotence"]:
-            self.idempotence(v, "enable_idempotence" in explicit)
+            # Java's rule: a transactional producer's idempotence must hold, so a conflicting
+            # acks or retries is an error even when idempotence was left at its default.
+            chosen = "enable_idempotence" in explicit or v["transactional_id"] is not None
+            self.idempotence(v, chosen)
+
+    def transactions(self, v: dict[str, Any]) -> None:
+        n = self.name
+        transactional_id = v["transactional_id"]
+        if not transactional_id:
+            raise ConfigError(
+                f"{n('transactional_id')} must be a non-empty string, got ''; leave it None "
+                "for a producer without transactions"
+            )
+        if not v["enable_idempotence"]:
+            raise ConfigError(
+                f"{n('transactional_id')}={transactional_id!r} requires "
+                f"{n('enable_idempotence')}=True (transactions are built on it); remove "
+                "enable_idempotence=False"
+            )
 
     def compression_level(self, codec: str, level: int | None) -> None:
         if level is None:
@@ -423,12 +445,13 @@ class _Rules:
 
 # --- names: unknown, misspelt, unsupported
 
-_TRANSACTIONS = "transactions are not supported (the producer is idempotent, not transactional)"
+_TWO_PHASE = (
+    "KIP-939's broker-side two-phase commit is not used; aioaccum.transactions.commit_prepared "
+    "commits a prepared transaction from another process"
+)
 _CONNECTIONS = "connection set-up is left to the connection layer and not configurable"
 _UNSUPPORTED = {
-    "transactional.id": _TRANSACTIONS,
-    "transaction.timeout.ms": _TRANSACTIONS,
-    "transaction.two.phase.commit.enable": _TRANSACTIONS,
+    "transaction.two.phase.commit.enable": _TWO_PHASE,
     "interceptor.classes": "interceptors are not supported; wrap send() instead",
     "client.dns.lookup": "host names are resolved by asyncio",
     "reconnect.backoff.ms": _CONNECTIONS,

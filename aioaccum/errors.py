@@ -15,12 +15,18 @@ __all__ = [
     "BufferExhaustedError",
     "ConfigError",
     "DeliveryTimeoutError",
+    "InvalidTxnStateError",
     "ProducerClosedError",
     "ProducerFailedError",
+    "ProducerFencedError",
     "ProducerTimeoutError",
     "RecordTooLargeError",
     "SerializationError",
     "TopicAuthorizationError",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
+    "TransactionError",
+    "TransactionFatalError",
 ]
 
 
@@ -166,3 +172,51 @@ class TopicAuthorizationError(BrokerError):
         super().__init__(
             message, errno=errno, retriable=retriable, invalid_metadata=invalid_metadata
         )
+
+
+class TransactionError(AioAccumError):
+    """Base class of the errors of a transactional producer (``transactional_id`` set).
+
+    Java splits them as this tree does: :class:`TransactionAbortableError` ends only the current
+    transaction, :class:`TransactionFatalError` ends the producer, and
+    :class:`InvalidTxnStateError` is a call made in the wrong state.
+
+    Attributes:
+        errno: Kafka's error code when a broker answered with one, else ``-1``.
+    """
+
+    def __init__(self, message: str, *, errno: int = -1) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Spark hands errors between processes; keep the code through pickling.
+        return (type(self), (str(self),), {"errno": self.errno})
+
+
+class InvalidTxnStateError(TransactionError):
+    """A transaction method (or ``send()``) was called in a state that does not allow it, such
+    as ``send()`` before :meth:`~aioaccum.Producer.begin_transaction` (Java's
+    ``IllegalStateException``). Nothing changed; fix the order of the calls."""
+
+
+class TransactionAbortableError(TransactionError):
+    """The current transaction cannot commit (a record failed, or the coordinator refused a
+    step): call :meth:`~aioaccum.Producer.abort_transaction`, then begin a new one. The
+    producer itself goes on. ``__cause__`` is the first error seen."""
+
+
+class TransactionFatalError(TransactionError):
+    """The transactional producer cannot go on: close it, and start a new one to continue."""
+
+
+class ProducerFencedError(TransactionFatalError):
+    """Another producer took this ``transactional_id`` (it called InitProducerId with it, or
+    the broker aborted this producer's transaction after ``transaction_timeout_ms`` and moved
+    the epoch on): this one is fenced off, and nothing of its open transaction is committed.
+    Close it."""
+
+
+class TransactionAbortedError(TransactionError):
+    """A record's outcome when its transaction was aborted before the record was sent (Java's
+    ``TransactionAbortedException``): it was never written."""

@@ -24,6 +24,7 @@ cdef class Producer:
     cdef public bint _ignore_keys
     cdef public double _max_block_ms
     cdef public long long _batches_seen
+    cdef public object _transactions
     cdef object __weakref__
 
     cpdef tuple _checked(self, key, value, headers, timestamp_ms)

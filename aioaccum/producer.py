@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import enum
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from time import time_ns
 from types import TracebackType
 from typing import Any, Self, cast
@@ -42,7 +43,9 @@ from aioaccum._validate import (
 )
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
+    AioAccumError,
     ConfigError,
+    InvalidTxnStateError,
     ProducerClosedError,
     ProducerFailedError,
     ProducerTimeoutError,
@@ -51,6 +54,7 @@ from aioaccum.errors import (
 from aioaccum.metrics import ProducerMetrics
 from aioaccum.pool import BufferPool
 from aioaccum.sender import Sender
+from aioaccum.transactions import PreparedTransaction, Transactions, TxnState
 
 __all__ = [
     "FutureRecordMetadata",
@@ -127,6 +131,7 @@ class Producer:
         self._ignore_keys = config.partitioner_ignore_keys
         self._max_block_ms: float = config.max_block_ms
         self._batches_seen = 0
+        self._transactions: Transactions | None = None
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
@@ -157,7 +162,7 @@ class Producer:
         await kafka.start()
         self._kafka = kafka
         self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size)
-        txn = TransactionManager() if cfg.enable_idempotence else None
+        txn = TransactionManager(cfg.transactional_id) if cfg.enable_idempotence else None
         self._acc = RecordAccumulator(
             self._pool,
             batch_size=cfg.batch_size,
@@ -202,6 +207,121 @@ class Producer:
         )
         self._parts = (kafka, self._acc, self._sender)
         self._move(ProducerState.RUNNING)
+        if cfg.transactional_id is not None:
+            await self._init_transactions(kafka, txn)
+
+    async def _init_transactions(
+        self, kafka: KafkaAdapter, txn: TransactionManager | None
+    ) -> None:
+        if not isinstance(kafka, AioKafkaAdapter) or txn is None:
+            raise ConfigError("transactions need the Kafka adapter aioaccum starts itself")
+        transactions = Transactions(
+            self._config, kafka, txn, flush=self.flush, allow_send=self._allow_send
+        )
+        self._transactions = transactions
+        assert self._sender is not None
+        self._sender.before_produce = transactions.before_produce
+        self._parts = None  # send() only inside a transaction
+        try:
+            await transactions.initialize()
+        except BaseException:
+            await self.close(timeout=0)
+            raise
+
+    def _allow_send(self, allowed: bool) -> None:
+        """A transaction opened or ended: send() appends only while one is open."""
+        if allowed and self._state is ProducerState.RUNNING:
+            assert self._kafka is not None
+            assert self._acc is not None
+            assert self._sender is not None
+            self._parts = (self._kafka, self._acc, self._sender)
+        else:
+            self._parts = None
+
+    # --- transactions (Java's names; transactional_id must be set)
+
+    def _txn(self, what: str) -> Transactions:
+        transactions = self._transactions
+        if transactions is None:
+            if self._config.transactional_id is None:
+                raise InvalidTxnStateError(
+                    f"cannot {what}: the producer has no transactional_id; set "
+                    "transactional_id='...' to use transactions"
+                )
+            raise InvalidTxnStateError(f"cannot {what}: call await producer.start() first")
+        if self._state is ProducerState.CLOSED:
+            raise ProducerClosedError(f"cannot {what}: the producer is closed")
+        return transactions
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: records sent from now on commit or abort together."""
+        self._txn("begin a transaction").begin()
+
+    async def commit_transaction(self) -> None:
+        """Flush, then commit the transaction: a read_committed consumer sees its records.
+
+        Raises:
+            TransactionAbortableError: A record of it failed: call :meth:`abort_transaction`.
+            ProducerFencedError: Another producer took the transactional id; close this one.
+            ProducerTimeoutError: The coordinator did not confirm within ``max_block_ms``;
+                calling it again retries.
+        """
+        self._refuse_inside_sender("commit_transaction")
+        await self._txn("commit").commit()
+
+    async def abort_transaction(self) -> None:
+        """Drop what is still queued, wait for requests out, then abort the transaction: none
+        of its records becomes visible to a read_committed consumer."""
+        self._refuse_inside_sender("abort_transaction")
+        await self._txn("abort").abort()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Self]:
+        """``async with producer.transaction():`` begins a transaction, commits it when the
+        block ends, and aborts it (then re-raises) when the block raises."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            transactions = self._transactions
+            if transactions is not None and transactions.state is not TxnState.FATAL_ERROR:
+                try:
+                    await self.abort_transaction()
+                except AioAccumError as exc:
+                    log.warning("aborting the transaction after an error failed: %s", exc)
+            raise
+        await self.commit_transaction()
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[Any, int], group_id: str
+    ) -> None:
+        """Commit a consumer group's offsets with the transaction (consume-transform-produce).
+
+        Args:
+            offsets: ``{(topic, partition): next offset to consume}``; aiokafka's and Java's
+                ``TopicPartition`` work as keys.
+            group_id: The consumer group whose position moves when the transaction commits.
+        """
+        self._refuse_inside_sender("send_offsets_to_transaction")
+        await self._txn("send offsets").send_offsets(offsets, group_id)
+
+    async def prepare_transaction(self) -> PreparedTransaction:
+        """Flush, and leave the transaction open for :func:`aioaccum.transactions.commit_prepared`
+        to commit from any process (the first phase of a two-phase commit). :meth:`close`
+        does not abort a prepared transaction; the broker does after
+        ``transaction_timeout_ms`` if nobody commits it.
+
+        Raises:
+            TransactionAbortableError: A record of it failed: abort instead.
+        """
+        self._refuse_inside_sender("prepare_transaction")
+        return await self._txn("prepare the transaction").prepare()
+
+    @property
+    def transaction_version(self) -> int:
+        """2 when the cluster runs KIP-890's transaction protocol, 1 for the classic one, 0
+        before :meth:`start` or without a transactional id."""
+        return 0 if self._transactions is None else self._transactions.transaction_version
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -228,6 +348,13 @@ class Producer:
         self._refuse_inside_sender("close")
         if self._state is ProducerState.CLOSED:
             return
+        transactions = self._transactions
+        if transactions is not None and self._state is ProducerState.RUNNING and timeout != 0:
+            try:
+                async with asyncio.timeout(timeout):
+                    await transactions.close()
+            except TimeoutError:
+                log.warning("close(%s) ended before the open transaction was aborted", timeout)
         self._move(ProducerState.CLOSED)
         self._parts = None
         sender, task = self._sender, self._sender_task
@@ -303,7 +430,11 @@ class Producer:
         """``NEW`` until :meth:`start`, ``RUNNING``, then ``CLOSED`` from :meth:`close` on."""
         return self._state
 
-    def _running_parts(self) -> tuple[KafkaAdapter, RecordAccumulator, Sender]:
+    def _running_parts(
+        self, sending: bool = True
+    ) -> tuple[KafkaAdapter, RecordAccumulator, Sender]:
+        """The parts, or why there are none; ``sending``: for an append, which a transactional
+        producer allows only inside a transaction."""
         if self._state is ProducerState.CLOSED:
             raise ProducerClosedError("cannot send: the producer is closed")
         if self._kafka is None or self._acc is None or self._sender is None:
@@ -314,6 +445,8 @@ class Producer:
                 f"the producer stopped on an error and takes no more records: {fatal!r}; "
                 "create a new one"
             ) from fatal
+        if sending and self._transactions is not None:
+            self._transactions.check_send()
         return self._kafka, self._acc, self._sender
 
     async def send(
@@ -381,6 +514,8 @@ class Producer:
         max_block_ms: float = self._max_block_ms
         if not partitions:
             partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
+            if self._parts is None:
+                self._running_parts()  # closed, or the transaction ended meanwhile
         # Most records fit the open batch or a free pooled buffer: a plain call, no suspension.
         appended = acc.append(
             topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
@@ -554,6 +689,10 @@ class Producer:
         assert pool is not None
         assert loop is not None
         buffer = await pool.allocate(request.size, max_block_ms)
+        if self._parts is None:
+            # Closed, or a transaction ended while this send waited: the buffer goes back.
+            pool.deallocate(buffer)
+            self._running_parts()
         appended = acc.append(
             topic, partition, timestamp_ms, key, value, headers, size, partitions, kafka,
             loop.time(), granted=(request, buffer),
@@ -778,7 +917,7 @@ class Producer:
         Records appended while flushing are not waited for.
         """
         self._refuse_inside_sender("flush")
-        _, acc, sender = self._running_parts()
+        _, acc, sender = self._running_parts(sending=False)
         pending = acc.incomplete_batches()
         acc.begin_flush()
         sender.wakeup()
@@ -798,7 +937,7 @@ class Producer:
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The topic's partitions, waiting up to ``max_block_ms`` for its metadata."""
-        kafka, _, _ = self._running_parts()
+        kafka, _, _ = self._running_parts(sending=False)
         validate_topic(topic)
         partitions = kafka.partitions_for_topic(topic)
         if not partitions:

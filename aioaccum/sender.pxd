@@ -19,4 +19,5 @@ cdef class Sender:
     cdef public long long _ended_seen
     cdef public bint _stopped
     cdef public object _failure_log
+    cdef public object before_produce
     cdef object __weakref__

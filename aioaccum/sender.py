@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aioaccum._core.sender_core import (
@@ -78,6 +78,9 @@ class Sender:
         self._stopped = False
         # Request failures to one broker: told once a minute, not once per request.
         self._failure_log = Throttle()
+        self.before_produce: Callable[[list[Any]], Awaitable[None]] | None = None
+        """Awaited with a request's batches before it is sent (a transaction adds their
+        partitions); an :class:`AioAccumError` from it fails the request as a whole."""
 
     # --- control from the producer
 
@@ -306,6 +309,9 @@ class Sender:
         core = self.core
         try:
             try:
+                before = self.before_produce
+                if before is not None:
+                    await before(batches)
                 answers = await self._kafka.produce(
                     node,
                     acks=self._acks,

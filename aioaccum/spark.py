@@ -15,6 +15,15 @@ returns a :class:`WriteReport`. Two ways to run it:
     driver cannot carry. Each task returns one row of counts; the driver adds them up.
     Executors need aioaccum and pyarrow installed.
 
+``exactly_once=True`` (both modes)
+    Each Spark partition's records go out in a Kafka transaction of its own, whose
+    transactional id is ``f"{transactional_id_prefix}-{partition}"``. No task commits: each
+    flushes its transaction and hands its identity (:class:`~aioaccum.transactions.
+    PreparedTransaction`) to the driver, which commits them all once the Spark job has
+    succeeded, and aborts them all if it failed. A retried attempt of a partition reuses the
+    id, which fences the earlier attempt and makes the broker abort its transaction, so a
+    ``read_committed`` consumer sees every row once.
+
 This module imports pyspark only when called; ``import aioaccum`` never imports it.
 """
 
@@ -34,12 +43,20 @@ from aioaccum._spark_rows import (
     OnError,
     Tally,
     make_packer,
+    prepared_of,
     produce_from_thread,
+    produce_partitions,
+    run_coroutine,
     unpack,
 )
 from aioaccum._validate import validate_topic
 from aioaccum.config import ProducerConfig
-from aioaccum.errors import AioAccumError, ConfigError
+from aioaccum.errors import AioAccumError, ConfigError, TransactionError
+from aioaccum.transactions import (
+    PreparedTransaction,
+    abort_transactional_ids,
+    commit_prepared,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator
@@ -48,9 +65,16 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
-__all__ = ["ROW_JSON", "SparkWriteError", "WriteReport", "write_dataframe"]
+__all__ = [
+    "ROW_JSON",
+    "SparkTransactionError",
+    "SparkWriteError",
+    "WriteReport",
+    "write_dataframe",
+]
 
 Mode = Literal["driver", "executors"]
+Guarantee = Literal["at_least_once", "exactly_once"]
 
 # Each blob the driver pulls holds about this much of the selected columns.
 _CHUNK_BYTES = 1 << 20
@@ -58,6 +82,18 @@ _PACKED_DDL = "task int, rows long, blob binary"
 _PROGRESS_EVERY_S = 0.5
 # Null fields stay in the JSON ({"a": null}): every record of a DataFrame has the same keys.
 _JSON_OPTIONS = {"ignoreNullFields": "false"}
+# exactly_once=True: a partition's transaction stays open from its first record until the
+# driver commits after the whole job, so the sink asks for Kafka's default ceiling
+# (transaction.max.timeout.ms) rather than the producer's 60 s.
+_TRANSACTION_TIMEOUT_MS = 900_000
+# The driver aborts instead of committing when the job took more than this share of the
+# transaction timeout: the broker may have aborted the oldest transactions already, and a
+# commit that met one of them would leave part of the output committed.
+_COMMIT_WITHIN = 0.9
+_INVALID_TRANSACTION_TIMEOUT = 50  # Kafka's error code
+# After a failed job, the driver waits this long at most for Spark to end the job's other
+# tasks before it aborts their transactions (a task still starting would open a new one).
+_TASKS_END_WITHIN_S = 30.0
 
 
 class _RowJson:
@@ -92,6 +128,11 @@ class WriteReport:
         failures: Records that failed (not counting rows never attempted after a stop).
         first_error: ``"ErrorType: message"`` of the first failure, or ``None``.
         mode: ``"driver"`` or ``"executors"``.
+        guarantee: ``"exactly_once"`` (``exactly_once=True``: ``records``, ``bytes`` and
+            ``per_partition`` count committed records only, none when the write failed) or
+            ``"at_least_once"``.
+        transactions: Transactions committed (one per Spark partition that had rows); 0 with
+            ``guarantee="at_least_once"``.
     """
 
     records: int
@@ -101,6 +142,8 @@ class WriteReport:
     failures: int
     first_error: str | None
     mode: Mode
+    guarantee: Guarantee = "at_least_once"
+    transactions: int = 0
 
     @property
     def records_per_second(self) -> float:
@@ -122,10 +165,27 @@ class SparkWriteError(AioAccumError):
     """
 
     def __init__(self, report: WriteReport) -> None:
+        if report.guarantee == "exactly_once":
+            outcome = "exactly_once: nothing committed, every transaction of the write aborted"
+        else:
+            outcome = f"{report.records} delivered"
         super().__init__(
-            f"{report.failures} record(s) failed writing to Kafka ({report.records} delivered, "
+            f"{report.failures} record(s) failed writing to Kafka ({outcome}, "
             f"mode={report.mode}); first error: {report.first_error}"
         )
+        self.report = report
+
+
+class SparkTransactionError(SparkWriteError):
+    """``exactly_once=True``: the Spark job succeeded, but its transactions could not all be
+    committed (the job outlasted ``transaction_timeout_ms``, or a transaction was fenced).
+
+    Raised after what could still be aborted was aborted; the message says what was
+    committed. ``report`` counts no records, ``transactions`` those known to be committed.
+    """
+
+    def __init__(self, report: WriteReport, message: str) -> None:
+        AioAccumError.__init__(self, message)
         self.report = report
 
 
@@ -140,6 +200,8 @@ def write_dataframe(
     mode: Mode = "driver",
     progress: bool = True,
     on_error: OnError = "raise",
+    exactly_once: bool = False,
+    transactional_id_prefix: str | None = None,
     **config: Any,
 ) -> WriteReport:
     """Send every row of ``df`` to ``topic`` as one Kafka record.
@@ -161,14 +223,28 @@ def write_dataframe(
             raise :class:`SparkWriteError`; ``"collect"``: count failures and go on. An error
             that no later record could escape (the topic's metadata never arrived, memory
             never freed within ``max_block_ms``) stops the write and raises in both cases.
+        exactly_once: Write each Spark partition in a transaction that the driver commits
+            only after the whole job succeeded (aborting all of them otherwise), so that a
+            ``read_committed`` consumer sees every row once, retried tasks included. Needs
+            ``transactional_id_prefix`` and ``on_error="raise"``; any failed record aborts
+            the whole write.
+        transactional_id_prefix: With ``exactly_once``: partition ``i`` writes as
+            transactional id ``f"{prefix}-{i}"``. Use one prefix per write that may run at
+            the same time as others, and the same prefix when running a failed write again
+            (its start aborts what the failed one left open).
         **config: Producer settings by their Python names (``linger_ms=20``, ``acks=1``, ...).
+            With ``exactly_once``, ``transaction_timeout_ms`` (default here 900000, the
+            brokers' default ``transaction.max.timeout.ms``) must cover the whole job.
 
     Returns:
         The :class:`WriteReport`.
 
     Raises:
-        ConfigError: A bad argument or producer setting (before any Spark job runs).
+        ConfigError: A bad argument or producer setting (before any Spark job runs), or a
+            ``transaction_timeout_ms`` above what the brokers allow.
         SparkWriteError: Records failed (see ``on_error``); ``.report`` has the counts.
+        SparkTransactionError: ``exactly_once``: the job succeeded but its transactions
+            could not all be committed.
     """
     if mode not in ("driver", "executors"):
         raise ConfigError(f"mode must be 'driver' or 'executors', got {mode!r}")
@@ -176,14 +252,87 @@ def write_dataframe(
         raise ConfigError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
     validate_topic(topic)
     settings: dict[str, Any] = {"bootstrap_servers": bootstrap_servers, **config}
-    ProducerConfig.from_kwargs(**settings)  # fail on a bad setting before Spark does any work
+    if "transactional_id" in settings:
+        raise ConfigError(
+            "write_dataframe names its transactions itself, one per Spark partition: pass "
+            "exactly_once=True, transactional_id_prefix='...' instead of transactional_id"
+        )
+    if exactly_once is True:
+        _check_exactly_once(transactional_id_prefix, on_error)
+        settings.setdefault("transaction_timeout_ms", _TRANSACTION_TIMEOUT_MS)
+        # The real ids end in each partition's index; any of them checks the same way.
+        ProducerConfig.from_kwargs(**settings, transactional_id=f"{transactional_id_prefix}-0")
+    elif exactly_once is not False:
+        raise ConfigError(f"exactly_once must be True or False, got {exactly_once!r}")
+    elif transactional_id_prefix is not None:
+        raise ConfigError(
+            f"transactional_id_prefix={transactional_id_prefix!r} is used only with "
+            "exactly_once=True; pass that too, or drop the prefix"
+        )
+    else:
+        ProducerConfig.from_kwargs(**settings)  # fail on a bad setting before Spark does any work
     projected, header_names = _project(df, key, value, headers)
     started = time.monotonic()
-    if mode == "driver":
-        tally = _write_from_driver(projected, topic, settings, header_names, on_error, progress)
-    else:
-        tally = _write_from_executors(projected, topic, settings, header_names, on_error, progress)
-    report = WriteReport(
+    txns: _Transactions | None = None
+    if exactly_once:
+        assert transactional_id_prefix is not None
+        txns = _Transactions(transactional_id_prefix, settings, started)
+        txns.check()
+    try:
+        if mode == "driver":
+            tally = _write_from_driver(
+                projected, topic, settings, header_names, on_error, progress, txns
+            )
+        else:
+            tally = _write_from_executors(
+                projected, topic, settings, header_names, on_error, progress, txns
+            )
+    except BaseException as exc:
+        if txns is not None:
+            txns.abort_after(exc)
+        raise
+    if txns is None:
+        report = _report(tally, mode, started)
+        if tally.failures and (tally.fatal or on_error == "raise"):
+            raise SparkWriteError(report)
+        return report
+    if tally.failures:
+        failed = _report(tally, mode, started, "exactly_once", committed=None)
+        error = SparkWriteError(failed)
+        txns.abort_after(error)
+        raise error
+    try:
+        committed = txns.commit()
+    except _CommitFailed as exc:
+        aborted = _report(tally, mode, started, "exactly_once", committed=None)
+        error = SparkTransactionError(aborted, str(exc))
+        txns.abort_after(error)
+        raise error from exc.__cause__
+    return _report(tally, mode, started, "exactly_once", committed=committed)
+
+
+def _report(
+    tally: Tally,
+    mode: Mode,
+    started: float,
+    guarantee: Guarantee = "at_least_once",
+    committed: int | None = 0,
+) -> WriteReport:
+    """The report of a write that committed ``committed`` transactions (``None``: an
+    exactly-once write that was aborted, so no record counts)."""
+    if committed is None:
+        return WriteReport(
+            records=0,
+            bytes=0,
+            seconds=time.monotonic() - started,
+            per_partition={},
+            failures=tally.failures,
+            first_error=tally.first_error,
+            mode=mode,
+            guarantee="exactly_once",
+            transactions=0,
+        )
+    return WriteReport(
         records=tally.records,
         bytes=tally.bytes,
         seconds=time.monotonic() - started,
@@ -191,10 +340,130 @@ def write_dataframe(
         failures=tally.failures,
         first_error=tally.first_error,
         mode=mode,
+        guarantee=guarantee,
+        transactions=committed,
     )
-    if tally.failures and (tally.fatal or on_error == "raise"):
-        raise SparkWriteError(report)
-    return report
+
+
+def _check_exactly_once(prefix: object, on_error: OnError) -> None:
+    if not isinstance(prefix, str) or not prefix:
+        raise ConfigError(
+            f"exactly_once=True needs transactional_id_prefix='...', a non-empty str naming "
+            f"this write's transactions (partition i writes as '<prefix>-i'), got {prefix!r}"
+        )
+    if on_error != "raise":
+        raise ConfigError(
+            f"exactly_once=True commits all rows or none, so on_error={on_error!r} cannot "
+            "apply: a failed record aborts the whole write. Use on_error='raise' (the default)"
+        )
+
+
+# --- exactly once --------------------------------------------------------------------------
+
+
+class _CommitFailed(AioAccumError):
+    """The driver could not commit every prepared transaction; the message says why."""
+
+
+class _Transactions:
+    """``exactly_once=True``, in the driver: the prepared transactions of one write, which it
+    commits only after the Spark job succeeded, and the ids it aborts otherwise.
+
+    Partition ``i`` writes as ``f"{prefix}-{i}"``; ``partitions`` is set before any Spark job
+    runs, so that a failure aborts every id a task may have used.
+    """
+
+    def __init__(self, prefix: str, settings: Mapping[str, Any], started: float) -> None:
+        self.prefix = prefix
+        self.settings = dict(settings)
+        self.timeout_ms = int(settings["transaction_timeout_ms"])
+        self.started = started
+        self.partitions = 0
+        self.prepared: dict[int, PreparedTransaction] = {}
+
+    def ids(self) -> list[str]:
+        return [f"{self.prefix}-{i}" for i in range(self.partitions)]
+
+    def check(self) -> None:
+        """Before any Spark job: whether the brokers take ``transaction_timeout_ms``.
+
+        InitProducerId with ``<prefix>-0``, which also aborts what an earlier write with this
+        prefix left open there, fails the call in the driver rather than every task.
+        """
+        settings = self.settings
+        try:
+            run_coroutine(lambda: abort_transactional_ids([f"{self.prefix}-0"], **settings))
+        except TransactionError as exc:
+            if exc.errno != _INVALID_TRANSACTION_TIMEOUT:
+                raise
+            raise ConfigError(
+                f"exactly_once=True: the brokers refuse transaction_timeout_ms="
+                f"{self.timeout_ms} (above their transaction.max.timeout.ms, 900000 unless "
+                "changed). Each partition's transaction stays open from its first row until "
+                "the driver commits after the whole Spark job, so the timeout must cover the "
+                "job: pass a transaction_timeout_ms the brokers allow (and keep the job "
+                "shorter), or raise transaction.max.timeout.ms on the brokers"
+            ) from exc
+
+    def add(self, task: int, prepared: PreparedTransaction) -> None:
+        expected = f"{self.prefix}-{task}"
+        if prepared.transactional_id != expected or task in self.prepared:
+            raise _CommitFailed(
+                f"partition {task} handed back transaction {prepared.transactional_id!r} "
+                f"(expected {expected!r}, once); nothing was committed"
+            )
+        self.prepared[task] = prepared
+
+    def commit(self) -> int:
+        """Commit every prepared transaction, oldest partitions first; returns how many
+        (empty ones need no commit).
+
+        Raises:
+            _CommitFailed: The job outlasted most of ``transaction_timeout_ms`` (nothing is
+                committed then), or a commit was refused (those before it are committed).
+        """
+        elapsed = time.monotonic() - self.started
+        budget = self.timeout_ms / 1000 * _COMMIT_WITHIN
+        if elapsed > budget:
+            raise _CommitFailed(
+                f"exactly_once=True: the Spark job took {elapsed:.0f} s, more than "
+                f"{_COMMIT_WITHIN:.0%} of transaction_timeout_ms={self.timeout_ms}, so the "
+                "brokers may already have aborted its oldest transactions; nothing was "
+                f"committed, and the transactions of all {self.partitions} partitions were "
+                "aborted. Pass a larger transaction_timeout_ms (at most the brokers' "
+                "transaction.max.timeout.ms, 900000 unless changed), or make the job shorter"
+            )
+        ordered = [self.prepared[task] for task in sorted(self.prepared)]
+        settings = self.settings
+        try:
+            return run_coroutine(lambda: commit_prepared(ordered, **settings))
+        except TransactionError as exc:
+            raise _CommitFailed(
+                f"exactly_once=True: the Spark job succeeded, but committing its {len(ordered)} "
+                f"transaction(s) failed after {elapsed:.0f} s: {exc}. The transactions not "
+                "committed were aborted, so the topic holds only part of the output. A "
+                "transaction is refused when it was aborted meanwhile: a later producer used "
+                "its id (another write with the same transactional_id_prefix, or a speculative "
+                "task), or it stayed open longer than transaction_timeout_ms="
+                f"{self.timeout_ms}"
+            ) from exc
+
+    def abort_after(self, error: BaseException) -> None:
+        """Abort every id of the write, after ``error`` ended it; a failure to abort is noted
+        on ``error`` (which the caller raises) rather than hiding it."""
+        if not self.partitions:
+            return
+        ids = self.ids()
+        settings = self.settings
+        try:
+            run_coroutine(lambda: abort_transactional_ids(ids, **settings))
+        except Exception as exc:
+            error.add_note(
+                f"aioaccum: aborting the transactions {ids[0]!r}…{ids[-1]!r} failed too "
+                f"({type(exc).__name__}: {exc}); the brokers abort them after "
+                f"transaction_timeout_ms={self.timeout_ms}, and a write with the same "
+                "transactional_id_prefix aborts them when it starts"
+            )
 
 
 # --- columns to bytes ----------------------------------------------------------------------
@@ -273,9 +542,13 @@ def _write_from_driver(
     header_names: tuple[str, ...],
     on_error: OnError,
     show: bool,
+    txns: _Transactions | None = None,
 ) -> Tally:
     packed = projected.mapInArrow(make_packer(_CHUNK_BYTES), _PACKED_DDL)
-    total = packed.rdd.getNumPartitions() if show else 0
+    partitions = packed.rdd.getNumPartitions() if show or txns is not None else 0
+    total = partitions if show else 0
+    if txns is not None:
+        txns.partitions = partitions
     bar = _Progress(show, "aioaccum driver", "partitions", total)
     tally = Tally(on_error)
 
@@ -295,9 +568,18 @@ def _write_from_driver(
 
     completed = False
     try:
-        # SyncProducer, not the async one: this thread appends each chunk's records itself
-        # (scripts/bench_spark_driver.py measured it 4-10% faster for the same chunks).
-        produce_from_thread(chunks, topic, settings, tally, on_chunk)
+        if txns is None:
+            # SyncProducer, not the async one: this thread appends each chunk's records itself
+            # (scripts/bench_spark_driver.py measured it 4-10% faster for the same chunks).
+            produce_from_thread(chunks, topic, settings, tally, on_chunk)
+        else:
+            # A producer per Spark partition (its transactional id), one after the other.
+            prefix = txns.prefix
+            prepared = run_coroutine(
+                lambda: produce_partitions(chunks, topic, settings, tally, prefix, on_chunk)
+            )
+            for item in prepared:
+                txns.add(int(item.transactional_id.rsplit("-", 1)[1]), item)
         completed = not tally.stop
     finally:
         chunks.close()
@@ -312,16 +594,20 @@ def _write_from_executors(
     header_names: tuple[str, ...],
     on_error: OnError,
     show: bool,
+    txns: _Transactions | None = None,
 ) -> Tally:
     settings = dict(settings)
+    prefix = None if txns is None else txns.prefix
 
     # Nested, so Spark ships the closure's values, while run_task comes from aioaccum there.
     def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from aioaccum._spark_rows import run_task
 
-        return run_task(batches, topic, settings, header_names, on_error)
+        return run_task(batches, topic, settings, header_names, on_error, prefix)
 
     counted = projected.mapInArrow(task, RESULT_DDL)
+    if txns is not None:
+        txns.partitions = counted.rdd.getNumPartitions()
     sc = projected.sparkSession.sparkContext
     group = f"aioaccum-{uuid.uuid4().hex[:12]}"
     previous = sc.getLocalProperty("spark.jobGroup.id")
@@ -337,8 +623,16 @@ def _write_from_executors(
         watcher.stop()
         if failed:
             watcher.finish(None, None)  # now, not when the garbage collector gets to the bar
+            if txns is not None:
+                # Tasks of the failed job may still run: a task that started its producer
+                # after the abort would open a transaction that only its timeout ends.
+                watcher.wait_for_tasks(_TASKS_END_WITHIN_S)
     tally = Tally(on_error)
     for row in results:
+        if txns is not None:
+            prepared = prepared_of(row)
+            if prepared is not None:
+                txns.add(row["task"], prepared)
         tally.records += row["records"]
         tally.bytes += row["bytes"]
         tally.failures += row["failures"]
@@ -459,6 +753,25 @@ class _TaskWatcher:
             done, total = self._poll()
             self._bar.set_total(total)
             self._bar.update(done, counts=False)
+
+    def wait_for_tasks(self, timeout: float) -> bool:
+        """Wait until no task of the group runs (Spark kills those of a failed job), at most
+        ``timeout`` seconds; whether none does."""
+        deadline = time.monotonic() + timeout
+        while True:
+            tracker = self._sc.statusTracker()
+            active = 0
+            for job_id in tracker.getJobIdsForGroup(self._group):
+                job = tracker.getJobInfo(job_id)
+                for stage_id in job.stageIds if job is not None else ():
+                    stage = tracker.getStageInfo(stage_id)
+                    if stage is not None:
+                        active += stage.numActiveTasks
+            if not active:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -711,7 +711,9 @@ class RecordAccumulator:
                 part.close()
                 if sequence >= 0 and self._txn is not None:
                     producer = self._txn.producer
-                    part.set_producer_state(producer.producer_id, producer.epoch, sequence)
+                    part.set_producer_state(
+                        producer.producer_id, producer.epoch, sequence, self._txn.transactional
+                    )
                     sequence += part.record_count
                 self._incomplete.add(part)
                 part.possibly_written = big.possibly_written
@@ -811,6 +813,24 @@ class RecordAccumulator:
                 if _abort_quietly(batch, error):
                     aborted.append(batch)
                     self.deallocate(batch)
+            return aborted
+
+    def abort_queued(self, error: BaseException) -> list[ProducerBatch]:
+        """End every queued batch with ``error``, leaving those in requests alone (Java's
+        ``abortUndrainedBatches``): a transaction being aborted sends nothing more. Returns the
+        batches it ended."""
+        with self._lock:
+            aborted: list[ProducerBatch] = []
+            for tp, dq in self._batches.items():
+                if not dq:
+                    continue
+                while dq:
+                    batch = dq.popleft()
+                    if _abort_quietly(batch, error):
+                        aborted.append(batch)
+                    self.deallocate(batch)
+                self._index.mute(tp)
+                self._index.touch(tp)
             return aborted
 
     def queued_batches(self, tp: TopicPartition) -> int:

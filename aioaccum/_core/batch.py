@@ -235,9 +235,11 @@ class ProducerBatch:
         """Exactly the bytes this batch wrote: never the stale tail of a reused buffer."""
         return self.builder.build()
 
-    def set_producer_state(self, producer_id: int, epoch: int, base_sequence: int) -> None:
+    def set_producer_state(
+        self, producer_id: int, epoch: int, base_sequence: int, transactional: bool = False
+    ) -> None:
         self.base_sequence = base_sequence
-        self.builder.set_producer_state(producer_id, epoch, base_sequence)
+        self.builder.set_producer_state(producer_id, epoch, base_sequence, transactional)
 
     # --- retries and timing
 

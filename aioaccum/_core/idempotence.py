@@ -57,12 +57,22 @@ class TopicPartitionEntry:
 
 
 class TransactionManager:
-    """Hands out sequence numbers per partition for one producer id and epoch."""
+    """Hands out sequence numbers per partition for one producer id and epoch.
 
-    def __init__(self) -> None:
+    With a ``transactional_id``, batches are stamped as transactional, and the producer id and
+    epoch come from the transaction coordinator (:mod:`aioaccum.transactions`), never from the
+    sender: a batch that fails then only records the error that makes the current transaction
+    abortable, and a needed reset waits for that transaction's abort.
+    """
+
+    def __init__(self, transactional_id: str | None = None) -> None:
         self.producer = ProducerIdAndEpoch()
         self._partitions: dict[TopicPartition, TopicPartitionEntry] = {}
         self.needs_reset = False
+        self.transactional_id = transactional_id
+        self.transactional = transactional_id is not None
+        self.batch_error: BaseException | None = None
+        """The first error a batch ended with since the transaction began (transactional)."""
 
     def set_producer_id_and_epoch(self, producer_id: int, epoch: int) -> None:
         """Adopt a new id/epoch: the broker tracks sequences from 0 again for it."""
@@ -121,6 +131,14 @@ class TransactionManager:
         last = entry.last_acked_sequence
         return last != NO_SEQUENCE and sequence > last + 1
 
+    def on_batch_failed(self, batch: ProducerBatch, error: BaseException) -> None:
+        """A batch ended without being written (or with an unknown outcome)."""
+        if batch.base_sequence >= 0:
+            # Its sequence range is never written: later batches must not wait for it.
+            self.request_reset()
+        if self.transactional and self.batch_error is None:
+            self.batch_error = error
+
     def request_reset(self) -> None:
         """Ask for a new producer id/epoch.
 
@@ -141,7 +159,8 @@ class TransactionManager:
         id and hands out a new id, so for an idempotent producer the bump is made here.
         """
         producer = self.producer
-        if not producer.is_valid or producer.epoch >= MAX_EPOCH:
+        if not producer.is_valid or producer.epoch >= MAX_EPOCH or self.transactional:
+            # A transactional epoch is the coordinator's to move (the abort does it).
             return False
         self.set_producer_id_and_epoch(producer.producer_id, producer.epoch + 1)
         return True
@@ -163,6 +182,8 @@ class TransactionManager:
             return
         entry = self.entry(batch.tp)
         sequence = entry.next_sequence
-        batch.set_producer_state(self.producer.producer_id, self.producer.epoch, sequence)
+        batch.set_producer_state(
+            self.producer.producer_id, self.producer.epoch, sequence, self.transactional
+        )
         # Sequences wrap at 2**31 like Java's DefaultRecordBatch.incrementSequence.
         entry.next_sequence = (sequence + batch.record_count) % _SEQUENCE_SPACE

@@ -16,7 +16,7 @@ import enum
 from types import MappingProxyType
 from typing import NamedTuple
 
-from aioaccum.errors import BrokerError
+from aioaccum.errors import BrokerError, TransactionError
 
 __all__ = ["RULES", "Decision", "Errors", "Rule", "advice", "retriable", "rule_for"]
 
@@ -148,7 +148,8 @@ def rule_for(error: BaseException) -> Rule:
     broker's (a request timeout) is retried, since the broker may simply not have answered yet.
     """
     if not isinstance(error, BrokerError):
-        return _RETRY
+        # A transaction step refused (adding the partitions): the transaction must abort.
+        return _FAIL if isinstance(error, TransactionError) else _RETRY
     code = error.errno
     if code in _NAMED:
         return RULES[Errors(code)]

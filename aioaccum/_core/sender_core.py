@@ -45,6 +45,7 @@ from aioaccum.errors import (
     DeliveryTimeoutError,
     ProducerClosedError,
     ProducerFailedError,
+    TransactionAbortedError,
 )
 
 if TYPE_CHECKING:
@@ -251,6 +252,11 @@ class SenderCore:
             actions.append(RefreshMetadata(tuple(sorted(check.unknown_leader_topics))))
             delay = min(delay, self._retry_backoff)
         drained: dict[int, list[ProducerBatch]] = {}
+        txn = self._txn
+        if txn is not None and txn.batch_error is not None:
+            # The transaction can only abort now: what is queued is never sent (Java's
+            # abortUndrainedBatches), so a commit's flush ends at once and reports why.
+            self._abort_queued(txn.batch_error)
         if self._needs_producer_id():
             # Nothing is drained without a valid producer id; expiry still runs below.
             delay = min(delay, self._maybe_init_producer_id(now, actions))
@@ -276,6 +282,16 @@ class SenderCore:
                 delay = max(expires + CLOCK_TOLERANCE - now, 0.0)
         actions.append(Wait(delay))
         return actions
+
+    def _abort_queued(self, cause: BaseException) -> None:
+        error = TransactionAbortedError(
+            "not sent: the transaction failed before this record was sent, and must be aborted "
+            f"(first error: {cause})"
+        )
+        error.__cause__ = cause
+        for batch in self._acc.abort_queued(error):
+            self._metrics.record_errors(batch.record_count)
+            self.batches_ended += 1
 
     def _start_request(self, node: int, batches: list[ProducerBatch], now: float) -> None:
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
@@ -315,11 +331,13 @@ class SenderCore:
                     continue
                 # The records fail now; the buffer waits for the request to finish with it.
                 batch.possibly_written = True
-                if batch.fail(self._delivery_timeout_error(batch, now)):
+                error = self._delivery_timeout_error(batch, now)
+                if batch.fail(error):
                     self._metrics.record_errors(batch.record_count)
                     self.batches_ended += 1
                 if self._txn is not None:
-                    self._txn.request_reset()  # the outcome of its sequence range is unknown
+                    # The outcome of its sequence range is unknown: a reset follows.
+                    self._txn.on_batch_failed(batch, error)
             self._requests[key] = (batches, self._expiry_of(batches))
 
     # --- producer id (idempotence)
@@ -337,10 +355,12 @@ class SenderCore:
         definite answer then fails (``possibly_written``) instead of being re-sent under new
         sequences, where the broker could no longer recognise a second copy.
         """
-        if self._init_pending or self._requests:
-            return _INF
         txn = self._txn
         assert txn is not None
+        if self._init_pending or self._requests or txn.transactional:
+            # A transactional producer's id and epoch come from its coordinator: at start, and
+            # after a failed batch, when the transaction is aborted.
+            return _INF
         if txn.has_producer_id:
             dropped = self._acc.take_possibly_written()
             for batch in dropped:
@@ -475,6 +495,8 @@ class SenderCore:
                 and txn.follows_unresolved_batch(batch)
             ):
                 decision = Decision.RETRY
+            elif txn.transactional:
+                decision = Decision.FAIL  # the transaction aborts; its abort moves the epoch
         if decision in (Decision.RETRY, Decision.BUMP_EPOCH) and (
             batch.attempts >= self._retries
             or batch.has_reached_delivery_timeout(self._delivery_timeout, now)
@@ -517,9 +539,8 @@ class SenderCore:
             # The last answer was definite, but an earlier attempt went unanswered.
             error = copy.copy(error)
             error.possibly_written = True
-        if batch.base_sequence >= 0 and self._txn is not None:
-            # Its sequence range is never written: later batches must not wait for it.
-            self._txn.request_reset()
+        if self._txn is not None:
+            self._txn.on_batch_failed(batch, error)
         if batch.fail(error):
             self._metrics.record_errors(batch.record_count)
             self.batches_ended += 1
