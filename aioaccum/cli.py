@@ -291,19 +291,45 @@ async def _perf(args: argparse.Namespace, props: dict[str, str]) -> int:
     stats = _Stats(args.num_records, args.record_size)
     loop = asyncio.get_running_loop()
     throttle = args.throughput if args.throughput > 0 else None
+    if args.transactional_id is not None:
+        props = {**props, "transactional.id": args.transactional_id}
+    transactions = args.transactional_id is not None
+    # Kafka's tool commits every --transaction-duration-ms (3000 by default); a record count
+    # per transaction makes costs comparable across machines.
+    duration = (args.transaction_duration_ms or 3000) / 1000
+    per_transaction = args.transaction_records or 0
+    committed = 0
     async with Producer.from_properties(props) as producer:
         await producer.partitions_for(args.topic)
         stats.start = stats.window_start = time.monotonic()
+        in_transaction = 0
+        opened = 0.0
         for i in range(args.num_records):
+            if transactions and in_transaction == 0:
+                producer.begin_transaction()
+                opened = time.monotonic()
             future = await producer.send(args.topic, payload)
             if i % stats.sampling == 0:
                 future.add_done_callback(_latency_callback(stats, loop))
+            if transactions:
+                in_transaction += 1
+                if (per_transaction and in_transaction >= per_transaction) or (
+                    not per_transaction and time.monotonic() - opened >= duration
+                ):
+                    await producer.commit_transaction()
+                    committed += 1
+                    in_transaction = 0
             if throttle is not None and i % 100 == 0:
                 ahead = (i + 1) / throttle - (time.monotonic() - stats.start)
                 if ahead > 0:
                     await asyncio.sleep(ahead)
+        if in_transaction:
+            await producer.commit_transaction()
+            committed += 1
         await producer.flush()
         metrics = producer.metrics()
+    if transactions:
+        print(f"transactions committed: {committed}", flush=True)
     errors = int(metrics.get("record-error-total", 0))
     sent = int(metrics.get("record-send-total", 0))
     # Before the final line, which stays last as in Kafka's tool.
@@ -345,6 +371,18 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_argument("--record-size", type=int, required=True)
     perf.add_argument(
         "--throughput", type=float, required=True, help="records/sec cap; -1 for none"
+    )
+    perf.add_argument(
+        "--transactional-id",
+        help="send inside transactions with this transactional.id (as Kafka's tool)",
+    )
+    perf.add_argument(
+        "--transaction-duration-ms", type=int,
+        help="commit a transaction every this many ms (default 3000 with --transactional-id)",
+    )
+    perf.add_argument(
+        "--transaction-records", type=int,
+        help="commit a transaction every this many records instead of by time",
     )
     _add_producer_settings(perf)
     perf.add_argument("--bootstrap-server")

@@ -34,7 +34,7 @@ from aioaccum._core.lifecycle import move
 from aioaccum._kafka import KafkaAdapter
 from aioaccum._loops import LOOP_GRACE_S, default_loop_factory
 from aioaccum.config import ProducerConfig
-from aioaccum.errors import ProducerClosedError, ProducerTimeoutError
+from aioaccum.errors import ConfigError, ProducerClosedError, ProducerTimeoutError
 from aioaccum.producer import Producer
 
 __all__ = ["SyncProducer"]
@@ -89,6 +89,14 @@ class SyncProducer:
         **settings: Any,
     ) -> None:
         config = ProducerConfig.from_arguments(config, bootstrap_servers, settings)
+        if config.transactional_id is not None:
+            # Threads appending while another commits would race the commit's flush: a record
+            # could land in the next transaction. Java guards this with locks per call.
+            raise ConfigError(
+                "SyncProducer does not run transactions; use the asyncio Producer with "
+                f"transactional_id={config.transactional_id!r} (begin_transaction, "
+                "commit_transaction), or leave transactional_id unset"
+            )
         self._config = config
         self._producer = Producer(config=config, kafka=kafka)
         self._lock = threading.Lock()

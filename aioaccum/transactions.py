@@ -170,6 +170,18 @@ def _error_for(code: int, what: str, config: ProducerConfig) -> TransactionError
     return TransactionFatalError(f"{text}; close the producer", errno=code)
 
 
+def _ended(code: int, commit: bool, transaction_version: int) -> int:
+    """EndTxn's answer, as a fenced producer where it means that.
+
+    Under KIP-890 the broker's abort of a timed-out transaction moves the epoch on by one, so a
+    late commit looks like a retry of an end, and Kafka 4.3 answers INVALID_TXN_STATE (the
+    transaction ended as an abort) where the classic protocol answers PRODUCER_FENCED.
+    """
+    if commit and transaction_version >= 2 and code == Errors.INVALID_TXN_STATE:
+        return int(Errors.PRODUCER_FENCED)
+    return code
+
+
 class _Coordinators:
     """Finds coordinators and runs requests against them until they answer for good."""
 
@@ -482,7 +494,9 @@ class Transactions:
                     node, self._id, producer.producer_id, producer.epoch, commit,
                     transaction_version=version,
                 )
-                return answer.error_code, (answer.producer_id, answer.epoch)
+                return _ended(answer.error_code, commit, version), (
+                    answer.producer_id, answer.epoch
+                )
 
             try:
                 producer_id, epoch = await self._coordinators.run(
@@ -619,7 +633,7 @@ async def commit_prepared(prepared: Sequence[PreparedTransaction], **settings: A
                     node, item.transactional_id, item.producer_id, item.epoch, True,
                     transaction_version=item.transaction_version,
                 )
-                return answer.error_code, None
+                return _ended(answer.error_code, True, item.transaction_version), None
 
             try:
                 await _Coordinators(wire, item_config).run(

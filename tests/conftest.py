@@ -17,6 +17,11 @@ Kafka
     ``new_topic``          one such topic with the defaults (6 partitions, RF 3 on 3 brokers)
     ``listener``           ``scripts/kafka security``: CA file, bootstrap and users of the
                            cluster's SASL_SSL listener
+    ``transaction_version`` runs the test twice, as ``[tv1]`` and ``[tv2]``, with the
+                           cluster's ``transaction.version`` feature set to 1 (classic) or 2
+                           (KIP-890); its value is that level, and the level the cluster had
+                           before is restored after the test. It needs the cluster of
+                           scripts/kafka: an AIOACCUM_BOOTSTRAP cluster fails it.
 
     ``@pytest.mark.three_brokers`` implies ``kafka`` and fails a test when the cluster has
     fewer than 3 brokers.
@@ -51,6 +56,7 @@ import uvloop
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.metadata import MetadataRequest
+from faults import cluster
 from faults.cluster import ClusterControlError, security_listener
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +66,9 @@ CLUSTER_BROKERS = 3
 CLUSTER_START_TIMEOUT_S = 400.0
 TOPIC_READY_TIMEOUT_S = 30.0
 
-KAFKA_FIXTURES = frozenset({"kafka_bootstrap", "kafka_broker_count", "topic_factory", "new_topic"})
+KAFKA_FIXTURES = frozenset(
+    {"kafka_bootstrap", "kafka_broker_count", "topic_factory", "new_topic", "transaction_version"}
+)
 
 LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,
@@ -287,3 +295,31 @@ def listener(kafka_bootstrap: str) -> dict[str, Any]:
         return security_listener()
     except ClusterControlError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(params=[1, 2], ids=["tv1", "tv2"])
+def transaction_version(request: pytest.FixtureRequest, kafka_bootstrap: str) -> Iterator[int]:
+    """The cluster's ``transaction.version`` for one test: 1 or 2, restored afterwards."""
+    level: int = request.param
+    # The feature is cluster-wide and scripts/kafka sets it on its own cluster only: with
+    # AIOACCUM_BOOTSTRAP naming another one the test would run on an unchanged cluster.
+    managed = _kafka_script("bootstrap", timeout=60)
+    if managed.returncode != 0 or set(managed.stdout.strip().split(",")) != {
+        address.strip() for address in kafka_bootstrap.split(",")
+    }:
+        pytest.fail(
+            f"transaction_version sets the feature on the cluster of scripts/kafka "
+            f"({managed.stdout.strip() or managed.stderr.strip()}), but the session uses "
+            f"{kafka_bootstrap}",
+            pytrace=False,
+        )
+    try:
+        previous = cluster.transaction_version()
+        cluster.set_transaction_version(level)
+    except ClusterControlError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield level
+    try:
+        cluster.set_transaction_version(previous)
+    except ClusterControlError as exc:
+        pytest.fail(f"restoring transaction.version={previous}: {exc}", pytrace=False)

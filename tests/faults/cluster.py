@@ -1,4 +1,5 @@
-"""Broker failures on the scripts/kafka cluster: kill, restart, find leaders, wait for ISR.
+"""Broker failures on the scripts/kafka cluster: kill, restart, find leaders, wait for ISR;
+and the cluster's transaction protocol version (``transaction.version``).
 
 Everything goes through ``scripts/kafka`` with the caller's environment
 (``AIOACCUM_KAFKA_STATE``, ``AIOACCUM_KAFKA_PORT_OFFSET``), so it acts on the same cluster that
@@ -31,14 +32,19 @@ __all__ = [
     "leader_counts",
     "restart_gracefully",
     "security_listener",
+    "set_transaction_version",
     "start_broker",
     "stop_broker",
+    "transaction_version",
     "wait_fully_replicated",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KAFKA_SCRIPT = REPO_ROOT / "scripts" / "kafka"
 SCRIPT_TIMEOUT_S = 300.0
+# A FeatureCommand JVM plus the script's own 30 s wait for every node to apply the change.
+FEATURE_TIMEOUT_S = 120.0
+TRANSACTION_VERSION = "transaction.version"
 GRACEFUL_STOP_S = 30.0
 POLL_S = 0.1
 
@@ -73,20 +79,47 @@ async def kafka_script(*args: str, timeout: float = SCRIPT_TIMEOUT_S) -> str:
     return out.decode()
 
 
+def _kafka_script_sync(*args: str, timeout: float) -> str:
+    """``scripts/kafka ARGS`` for callers without an event loop (fixtures); its stdout."""
+    try:
+        result = subprocess.run(
+            [sys.executable, str(KAFKA_SCRIPT), *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        message = f"scripts/kafka {' '.join(args)} hung for {timeout:.0f}s"
+        raise ClusterControlError(message) from None
+    if result.returncode != 0:
+        raise ClusterControlError(
+            f"scripts/kafka {' '.join(args)} failed (exit {result.returncode}):\n"
+            f"{result.stdout}{result.stderr}"
+        )
+    return result.stdout
+
+
 def security_listener() -> dict[str, Any]:
     """``scripts/kafka security``: CA file, bootstrap and users of the SASL_SSL listener."""
-    result = subprocess.run(
-        [sys.executable, str(KAFKA_SCRIPT), "security"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise ClusterControlError(f"scripts/kafka security failed:\n{result.stderr}")
-    info: dict[str, Any] = json.loads(result.stdout)
+    info: dict[str, Any] = json.loads(_kafka_script_sync("security", timeout=60))
     return info
+
+
+def transaction_version() -> int:
+    """The cluster's finalized ``transaction.version`` (``scripts/kafka feature``).
+
+    1 is the classic protocol; 2 is KIP-890's (the coordinator bumps the producer epoch at
+    every transaction end, and the producer adds partitions without AddPartitionsToTxn).
+    """
+    return int(_kafka_script_sync("feature", TRANSACTION_VERSION, timeout=60).strip())
+
+
+def set_transaction_version(level: int) -> None:
+    """Upgrade or downgrade ``transaction.version`` to ``level``; returns once every running
+    node reports it, so a client connecting afterwards sees it wherever it connects."""
+    _kafka_script_sync("feature", TRANSACTION_VERSION, str(level), timeout=FEATURE_TIMEOUT_S)
 
 
 async def cluster_ports() -> dict[int, dict[str, int]]:

@@ -313,8 +313,7 @@ def test_unknown_setting_without_a_match_lists_the_valid_ones() -> None:
 @pytest.mark.parametrize(
     ("properties", "reason"),
     [
-        ({"transactional.id": "tx-1"}, "transactions are not supported"),
-        ({"transaction.timeout.ms": "100"}, "transactions are not supported"),
+        ({"transaction.two.phase.commit.enable": "true"}, "two-phase commit is not used"),
         ({"interceptor.classes": "x"}, "interceptors are not supported"),
         ({"ssl.keystore.location": "/x.jks"}, "ssl_context=ssl.create_default_context"),
         ({"sasl.kerberos.service.name": "kafka"}, "only sasl.mechanism PLAIN/SCRAM"),
@@ -330,8 +329,8 @@ def test_unsupported_java_settings_say_so(properties: dict[str, Any], reason: st
 
 
 def test_unsupported_settings_are_recognised_by_pythonic_name_too() -> None:
-    assert error_of(transactional_id="tx").startswith(
-        "setting 'transactional_id' is not supported: transactions"
+    assert error_of(interceptor_classes="x").startswith(
+        "setting 'interceptor_classes' is not supported: interceptors"
     )
 
 
