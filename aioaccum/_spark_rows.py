@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from aioaccum._core.batch import RecordMetadata
 from aioaccum._core.futures import ThreadRecordFuture
-from aioaccum.errors import AioAccumError, RecordTooLargeError, TransactionAbortableError
+from aioaccum.errors import (
+    AioAccumError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    RecordTooLargeError,
+    TransactionAbortableError,
+    TransactionFatalError,
+)
 from aioaccum.producer import Producer
 from aioaccum.sync import SyncProducer
 
@@ -327,13 +334,15 @@ async def produce_transaction(
     only one that commits.
 
     Returns:
-        The prepared transaction (``empty`` when no record was sent), or ``None`` when a record
-        failed (the tally says which): closing the producer then aborted the transaction.
+        The prepared transaction (``empty`` when no record was sent), or ``None`` when it
+        cannot commit (a record failed): closing the producer then aborted it. Whenever the
+        tally counts a failure, the caller must commit nothing of the write.
 
     Raises:
         ProducerFencedError: A later producer took ``transactional_id`` (a newer attempt of
             the partition) or the broker aborted the transaction after
-            ``transaction_timeout_ms``: this attempt must not be reported as done.
+            ``transaction_timeout_ms``: this attempt must not be reported as done, and a new
+            one may succeed.
     """
     failed_before = tally.failures
     prepared: PreparedTransaction | None = None
@@ -342,15 +351,17 @@ async def produce_transaction(
     try:
         producer.begin_transaction()
         await _pump(producer, chunks, topic, tally, on_chunk)
-        if not tally.stop:
-            try:
-                prepared = await producer.prepare_transaction()
-            except TransactionAbortableError as exc:
-                # A record failed while being flushed; its own outcome names the cause.
-                await _run_callbacks(tally)
-                if tally.failures == failed_before:
-                    tally.fail(exc, fatal=False)
-                tally.stop = True
+        # Even after a failure: a fenced producer must raise (below), not count a failure.
+        try:
+            prepared = await producer.prepare_transaction()
+        except ProducerFencedError:
+            raise
+        except (TransactionAbortableError, InvalidTxnStateError, TransactionFatalError) as exc:
+            # A record failed (its own outcome names the cause), or the coordinator refused.
+            await _run_callbacks(tally)
+            if tally.failures == failed_before:
+                tally.fail(exc, fatal=isinstance(exc, TransactionFatalError))
+            tally.stop = True
     finally:
         await producer.close()  # aborts the transaction unless it was prepared
     await _run_callbacks(tally)
@@ -364,15 +375,16 @@ async def produce_partitions(
     tally: Tally,
     transactional_id_prefix: str,
     on_chunk: Callable[[Chunk], None] | None = None,
-) -> list[PreparedTransaction]:
+) -> list[tuple[int, PreparedTransaction]]:
     """``mode="driver"`` with ``exactly_once=True``: each Spark partition's chunks (they come
     partition by partition) in a transaction of ``f"{transactional_id_prefix}-{partition}"``,
     each prepared, none committed.
 
-    Stops at the first failure (the tally says which); returns what was prepared until then.
+    Stops at the first failure (the tally says which); returns each partition's index and
+    its prepared transaction, until then.
     """
     groups = itertools.groupby(chunks, key=_task_of)
-    prepared: list[PreparedTransaction] = []
+    prepared: list[tuple[int, PreparedTransaction]] = []
     while not tally.stop:
         group = await asyncio.to_thread(next, groups, None)
         if group is None:
@@ -387,7 +399,7 @@ async def produce_partitions(
             on_chunk,
         )
         if done is not None:
-            prepared.append(done)
+            prepared.append((task, done))
     return prepared
 
 

@@ -50,6 +50,7 @@ from aioaccum.errors import (
     ProducerFailedError,
     ProducerTimeoutError,
     RecordTooLargeError,
+    TransactionAbortableError,
 )
 from aioaccum.metrics import ProducerMetrics
 from aioaccum.pool import BufferPool
@@ -283,14 +284,22 @@ class Producer:
         try:
             yield self
         except BaseException:
-            transactions = self._transactions
-            if transactions is not None and transactions.state is not TxnState.FATAL_ERROR:
-                try:
-                    await self.abort_transaction()
-                except AioAccumError as exc:
-                    log.warning("aborting the transaction after an error failed: %s", exc)
+            await self._abort_after_error()
             raise
-        await self.commit_transaction()
+        try:
+            await self.commit_transaction()
+        except TransactionAbortableError:
+            # The block's records failed: the next transaction() must find the producer ready.
+            await self._abort_after_error()
+            raise
+
+    async def _abort_after_error(self) -> None:
+        transactions = self._transactions
+        if transactions is not None and transactions.state is not TxnState.FATAL_ERROR:
+            try:
+                await self.abort_transaction()
+            except AioAccumError as exc:
+                log.warning("aborting the transaction after an error failed: %s", exc)
 
     async def send_offsets_to_transaction(
         self, offsets: Mapping[Any, int], group_id: str
@@ -590,6 +599,13 @@ class Producer:
         """
         if self._parts is None:
             self._running_parts()
+        if self._transactions is not None:
+            # A thread's append could race a commit on the loop's thread and land in the next
+            # transaction: transactions are for coroutines.
+            raise InvalidTxnStateError(
+                "send_from_thread() does not run in transactions; send from a coroutine on "
+                "the producer's loop"
+            )
         acc = self._acc
         kafka = self._kafka
         loop = self._loop
@@ -843,6 +859,8 @@ class Producer:
         max_block_ms: float = self._max_block_ms
         if not partitions:
             partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
+            if self._parts is None:
+                self._running_parts()  # closed, or the transaction ended meanwhile
         # Records that share a partition choice (an explicit partition, or the sticky one) go
         # in a batch at a time; others, and the first record of each new batch, one by one.
         bulk = header_lists is None and (
@@ -886,6 +904,8 @@ class Producer:
                     self._batches_seen = acc.batches_created
                     if sender.wants_turn():
                         await asyncio.sleep(0)  # as in send(): the sender's turn is due
+                        if self._parts is None:
+                            self._running_parts()  # closed, or the transaction ended
         except BaseException as exc:
             # seal() counts only the accepted records: the refused one never reached a batch.
             outcome.seal(accepted)

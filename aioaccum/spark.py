@@ -18,11 +18,11 @@ returns a :class:`WriteReport`. Two ways to run it:
 ``exactly_once=True`` (both modes)
     Each Spark partition's records go out in a Kafka transaction of its own, whose
     transactional id is ``f"{transactional_id_prefix}-{partition}"``. No task commits: each
-    flushes its transaction and hands its identity (:class:`~aioaccum.transactions.
-    PreparedTransaction`) to the driver, which commits them all once the Spark job has
-    succeeded, and aborts them all if it failed. A retried attempt of a partition reuses the
-    id, which fences the earlier attempt and makes the broker abort its transaction, so a
-    ``read_committed`` consumer sees every row once.
+    flushes its transaction and hands its identity
+    (:class:`~aioaccum.transactions.PreparedTransaction`) to the driver, which commits them
+    all once the Spark job has succeeded, and aborts them all if it failed. A retried attempt
+    of a partition reuses the id, which fences the earlier attempt and makes the broker abort
+    its transaction, so a ``read_committed`` consumer sees every row once.
 
 This module imports pyspark only when called; ``import aioaccum`` never imports it.
 """
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator
 
     import pyarrow as pa  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, Row
     from pyspark.sql.types import DataType
 
 __all__ = [
@@ -180,8 +180,9 @@ class SparkTransactionError(SparkWriteError):
     """``exactly_once=True``: the Spark job succeeded, but its transactions could not all be
     committed (the job outlasted ``transaction_timeout_ms``, or a transaction was fenced).
 
-    Raised after what could still be aborted was aborted; the message says what was
-    committed. ``report`` counts no records, ``transactions`` those known to be committed.
+    Raised after what could still be aborted was aborted. When a commit was refused, those
+    before it stay committed and the message says how many; ``report`` counts no records and
+    no transactions.
     """
 
     def __init__(self, report: WriteReport, message: str) -> None:
@@ -252,31 +253,13 @@ def write_dataframe(
         raise ConfigError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
     validate_topic(topic)
     settings: dict[str, Any] = {"bootstrap_servers": bootstrap_servers, **config}
-    if "transactional_id" in settings:
-        raise ConfigError(
-            "write_dataframe names its transactions itself, one per Spark partition: pass "
-            "exactly_once=True, transactional_id_prefix='...' instead of transactional_id"
-        )
-    if exactly_once is True:
-        _check_exactly_once(transactional_id_prefix, on_error)
-        settings.setdefault("transaction_timeout_ms", _TRANSACTION_TIMEOUT_MS)
-        # The real ids end in each partition's index; any of them checks the same way.
-        ProducerConfig.from_kwargs(**settings, transactional_id=f"{transactional_id_prefix}-0")
-    elif exactly_once is not False:
-        raise ConfigError(f"exactly_once must be True or False, got {exactly_once!r}")
-    elif transactional_id_prefix is not None:
-        raise ConfigError(
-            f"transactional_id_prefix={transactional_id_prefix!r} is used only with "
-            "exactly_once=True; pass that too, or drop the prefix"
-        )
-    else:
-        ProducerConfig.from_kwargs(**settings)  # fail on a bad setting before Spark does any work
+    # Fail on a bad setting before Spark does any work.
+    prefix = _checked_transactions(settings, exactly_once, transactional_id_prefix, on_error)
     projected, header_names = _project(df, key, value, headers)
     started = time.monotonic()
     txns: _Transactions | None = None
-    if exactly_once:
-        assert transactional_id_prefix is not None
-        txns = _Transactions(transactional_id_prefix, settings, started)
+    if prefix is not None:
+        txns = _Transactions(prefix, settings, started)
         txns.check()
     try:
         if mode == "driver":
@@ -345,7 +328,27 @@ def _report(
     )
 
 
-def _check_exactly_once(prefix: object, on_error: OnError) -> None:
+def _checked_transactions(
+    settings: dict[str, Any], exactly_once: object, prefix: object, on_error: OnError
+) -> str | None:
+    """Check the producer ``settings`` and the exactly-once arguments; the transactional id
+    prefix when ``exactly_once``, else ``None``. Sets the sink's default transaction
+    timeout in ``settings``."""
+    if "transactional_id" in settings:
+        raise ConfigError(
+            "write_dataframe names its transactions itself, one per Spark partition: pass "
+            "exactly_once=True, transactional_id_prefix='...' instead of transactional_id"
+        )
+    if exactly_once is False:
+        if prefix is not None:
+            raise ConfigError(
+                f"transactional_id_prefix={prefix!r} is used only with exactly_once=True; "
+                "pass that too, or drop the prefix"
+            )
+        ProducerConfig.from_kwargs(**settings)
+        return None
+    if exactly_once is not True:
+        raise ConfigError(f"exactly_once must be True or False, got {exactly_once!r}")
     if not isinstance(prefix, str) or not prefix:
         raise ConfigError(
             f"exactly_once=True needs transactional_id_prefix='...', a non-empty str naming "
@@ -356,6 +359,10 @@ def _check_exactly_once(prefix: object, on_error: OnError) -> None:
             f"exactly_once=True commits all rows or none, so on_error={on_error!r} cannot "
             "apply: a failed record aborts the whole write. Use on_error='raise' (the default)"
         )
+    settings.setdefault("transaction_timeout_ms", _TRANSACTION_TIMEOUT_MS)
+    # The real ids end in each partition's index; any of them checks the same way.
+    ProducerConfig.from_kwargs(**settings, transactional_id=f"{prefix}-0")
+    return prefix
 
 
 # --- exactly once --------------------------------------------------------------------------
@@ -379,7 +386,7 @@ class _Transactions:
         self.timeout_ms = int(settings["transaction_timeout_ms"])
         self.started = started
         self.partitions = 0
-        self.prepared: dict[int, PreparedTransaction] = {}
+        self.prepared: list[tuple[int, PreparedTransaction]] = []
 
     def ids(self) -> list[str]:
         return [f"{self.prefix}-{i}" for i in range(self.partitions)]
@@ -405,15 +412,6 @@ class _Transactions:
                 "shorter), or raise transaction.max.timeout.ms on the brokers"
             ) from exc
 
-    def add(self, task: int, prepared: PreparedTransaction) -> None:
-        expected = f"{self.prefix}-{task}"
-        if prepared.transactional_id != expected or task in self.prepared:
-            raise _CommitFailed(
-                f"partition {task} handed back transaction {prepared.transactional_id!r} "
-                f"(expected {expected!r}, once); nothing was committed"
-            )
-        self.prepared[task] = prepared
-
     def commit(self) -> int:
         """Commit every prepared transaction, oldest partitions first; returns how many
         (empty ones need no commit).
@@ -422,6 +420,16 @@ class _Transactions:
             _CommitFailed: The job outlasted most of ``transaction_timeout_ms`` (nothing is
                 committed then), or a commit was refused (those before it are committed).
         """
+        by_task: dict[int, PreparedTransaction] = {}
+        for task, prepared in self.prepared:
+            expected = f"{self.prefix}-{task}"
+            if prepared.transactional_id != expected or task in by_task:
+                raise _CommitFailed(
+                    f"exactly_once=True: partition {task} handed back the transaction "
+                    f"{prepared.transactional_id!r} (expected {expected!r}, once); nothing was "
+                    "committed, and every transaction of the write was aborted"
+                )
+            by_task[task] = prepared
         elapsed = time.monotonic() - self.started
         budget = self.timeout_ms / 1000 * _COMMIT_WITHIN
         if elapsed > budget:
@@ -433,7 +441,7 @@ class _Transactions:
                 "aborted. Pass a larger transaction_timeout_ms (at most the brokers' "
                 "transaction.max.timeout.ms, 900000 unless changed), or make the job shorter"
             )
-        ordered = [self.prepared[task] for task in sorted(self.prepared)]
+        ordered = [by_task[task] for task in sorted(by_task)]
         settings = self.settings
         try:
             return run_coroutine(lambda: commit_prepared(ordered, **settings))
@@ -556,11 +564,15 @@ def _write_from_driver(
     # (4.2 and later) then reads the partition in flight to its end, tells Spark to stop and
     # closes its socket, rather than leaving that to the garbage collector. A generator, not a
     # generator expression, so that Spark starts no job before the producer is up.
-    def pull() -> Generator[Chunk]:
-        for row in packed.toLocalIterator(prefetchPartitions=True):
+    def pull(rows: Iterable[Row] | None = None) -> Generator[Chunk]:
+        if rows is None:
+            rows = packed.toLocalIterator(prefetchPartitions=True)
+        for row in rows:
             yield unpack(row[2], header_names, row[0])
 
-    chunks = pull()
+    # With transactions worker threads pull the chunks, so Spark's iterator is started here:
+    # its jobs then carry this thread's local properties (job group, scheduler pool).
+    chunks = pull() if txns is None else pull(packed.toLocalIterator(prefetchPartitions=True))
 
     def on_chunk(chunk: Chunk) -> None:
         # Spark hands partitions over in order: those before this chunk's are complete.
@@ -575,11 +587,9 @@ def _write_from_driver(
         else:
             # A producer per Spark partition (its transactional id), one after the other.
             prefix = txns.prefix
-            prepared = run_coroutine(
+            txns.prepared = run_coroutine(
                 lambda: produce_partitions(chunks, topic, settings, tally, prefix, on_chunk)
             )
-            for item in prepared:
-                txns.add(int(item.transactional_id.rsplit("-", 1)[1]), item)
         completed = not tally.stop
     finally:
         chunks.close()
@@ -624,15 +634,17 @@ def _write_from_executors(
         if failed:
             watcher.finish(None, None)  # now, not when the garbage collector gets to the bar
             if txns is not None:
-                # Tasks of the failed job may still run: a task that started its producer
-                # after the abort would open a transaction that only its timeout ends.
+                # Tasks of the failed (or interrupted) job may still run: a task that started
+                # its producer after the abort would open a transaction that only its timeout
+                # ends. Stop them, and give Spark a moment to.
+                sc.cancelJobGroup(group)
                 watcher.wait_for_tasks(_TASKS_END_WITHIN_S)
     tally = Tally(on_error)
     for row in results:
         if txns is not None:
             prepared = prepared_of(row)
             if prepared is not None:
-                txns.add(row["task"], prepared)
+                txns.prepared.append((row["task"], prepared))
         tally.records += row["records"]
         tally.bytes += row["bytes"]
         tally.failures += row["failures"]

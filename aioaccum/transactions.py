@@ -38,6 +38,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+from aioaccum._core import kafka_errors
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.kafka_errors import Errors
 from aioaccum._kafka import AioKafkaAdapter
@@ -82,6 +83,17 @@ _GROUP_AUTHORIZATION_FAILED = 30
 _ILLEGAL_GENERATION = 22
 _UNKNOWN_MEMBER_ID = 25
 _FENCED_INSTANCE_ID = 82
+# Produce answers after which no later transaction can do better (Java's
+# maybeTransitionToErrorState).
+_FATAL_PRODUCE = frozenset(
+    {
+        *_FENCED,
+        Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        Errors.CLUSTER_AUTHORIZATION_FAILED,
+        Errors.UNSUPPORTED_VERSION,
+        Errors.INVALID_PRODUCER_ID_MAPPING,
+    }
+)
 _ABORTABLE_CODES = frozenset(
     {
         Errors.UNKNOWN_PRODUCER_ID,
@@ -226,9 +238,11 @@ class _Coordinators:
             else:
                 if code == 0:
                     return result
-                if code in _MOVED:
+                if code in _MOVED or code == Errors.REQUEST_TIMED_OUT:
                     self.forget(kind, key)
                     delay = backoff
+                elif code not in _BUSY and kafka_errors.retriable(code):
+                    delay = backoff  # a leader moving, a replica behind: Java retries these
                 elif code in _BUSY:
                     delay = _BUSY_BACKOFF_S if attempts < 5 else backoff
                 else:
@@ -281,6 +295,8 @@ class Transactions:
         self._error: TransactionError | None = None
         self._added: set[tuple[str, int]] = set()
         self._adding = asyncio.Lock()
+        self._steps = asyncio.Lock()
+        """Held while offsets are sent: a commit or an abort waits for them."""
         self._started = False
         """Whether the coordinator knows of this transaction (something was written)."""
 
@@ -385,9 +401,9 @@ class Transactions:
 
     async def before_produce(self, batches: Sequence[ProducerBatch]) -> None:
         """Make sure every partition of a request is in the transaction before it is sent."""
-        self._started = True
         if self.transaction_version >= 2:
-            return  # produce v12 adds them itself
+            self._started = True  # produce v12 adds them itself
+            return
         added = self._added
         new = {(b.tp[0], b.tp[1]) for b in batches} - added
         if not new:
@@ -396,6 +412,9 @@ class Transactions:
             new -= added  # another request may have added them meanwhile
             if new:
                 await self._add_partitions(new)
+        # Only now does the coordinator know of the transaction; an abort before this sends
+        # no EndTxn, which it would refuse with INVALID_TXN_STATE (Java's KAFKA-5260).
+        self._started = True
 
     async def _add_partitions(self, partitions: set[tuple[str, int]]) -> None:
         producer = self._txn.producer
@@ -443,9 +462,9 @@ class Transactions:
         failed = self._txn.batch_error
         if failed is None:
             return
-        if isinstance(failed, BrokerError) and failed.errno in _FENCED:
-            fenced = _error_for(failed.errno, "a produce request", self._config)
-            raise self._enter_error(fenced) from failed
+        if isinstance(failed, BrokerError) and failed.errno in _FATAL_PRODUCE:
+            fatal = _error_for(failed.errno, "a produce request", self._config)
+            raise self._enter_error(fatal) from failed
         if isinstance(failed, TransactionFatalError):
             raise self._enter_error(failed)
         error = TransactionAbortableError(
@@ -464,6 +483,8 @@ class Transactions:
         self._require("commit", TxnState.IN_TRANSACTION, TxnState.COMMITTING)
         self.state = TxnState.COMMITTING
         self._allow_send(False)
+        async with self._steps:  # offsets being sent go first, or they would miss the commit
+            pass
         await self._flush_transaction()
         await self._end(commit=True)
 
@@ -474,6 +495,8 @@ class Transactions:
         )
         self.state = TxnState.ABORTING
         self._allow_send(False)
+        async with self._steps:
+            pass
         # Anything queued is never sent; requests out are waited for (their outcome decides
         # nothing now, but the broker must have them before the abort marker).
         self._txn.batch_error = self._txn.batch_error or TransactionAbortedError(
@@ -503,6 +526,12 @@ class Transactions:
                     TRANSACTION, self._id, step, what=what,
                     timeout_ms=self._config.max_block_ms,
                 )
+            except TransactionAbortableError as exc:
+                if commit:
+                    raise self._enter_error(exc) from None
+                # An abort that may only be aborted again would loop for ever (as Java does).
+                fatal = TransactionFatalError(f"{exc}; the abort itself failed", errno=exc.errno)
+                raise self._enter_error(fatal) from exc
             except TransactionError as exc:
                 raise self._enter_error(exc) from None
             if producer_id >= 0:
@@ -533,6 +562,10 @@ class Transactions:
                     f"to consume), got {offset!r}"
                 )
             checked[(str(topic), int(partition))] = offset
+        async with self._steps:
+            await self._send_offsets(checked, group_id)
+
+    async def _send_offsets(self, checked: dict[tuple[str, int], int], group_id: str) -> None:
         producer = self._txn.producer
         timeout_ms = self._config.max_block_ms
         try:
@@ -547,7 +580,7 @@ class Transactions:
                 await self._coordinators.run(
                     TRANSACTION, self._id, add, what="AddOffsetsToTxn", timeout_ms=timeout_ms
                 )
-            self._started = True
+                self._started = True
 
             async def commit(node: int) -> tuple[int, None]:
                 errors = await self._wire.txn_offset_commit(
@@ -565,6 +598,7 @@ class Transactions:
             await self._coordinators.run(
                 GROUP, group_id, commit, what="TxnOffsetCommit", timeout_ms=timeout_ms
             )
+            self._started = True  # under KIP-890 the group joined the transaction just now
         except TransactionError as exc:
             raise self._enter_error(exc) from None
 

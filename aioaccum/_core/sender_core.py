@@ -289,7 +289,12 @@ class SenderCore:
             f"(first error: {cause})"
         )
         error.__cause__ = cause
+        txn = self._txn
         for batch in self._acc.abort_queued(error):
+            if batch.base_sequence >= 0 and txn is not None:
+                # Its sequence range is never written: the abort must move the epoch on, or
+                # the partition's next batch would wait for it.
+                txn.request_reset()
             self._metrics.record_errors(batch.record_count)
             self.batches_ended += 1
 
