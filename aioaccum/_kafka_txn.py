@@ -69,6 +69,19 @@ class AddPartitionsResult(NamedTuple):
     """Error code per partition (0: added)."""
 
 
+def _partition_errors(r: Reader) -> dict[tuple[str, int], int]:
+    """Error code per partition, as AddPartitionsToTxn v3 and TxnOffsetCommit v3+ answer."""
+    errors: dict[tuple[str, int], int] = {}
+    for _ in range(r.compact_count()):
+        topic = r.compact_str() or ""
+        for _ in range(r.compact_count()):
+            partition = r.int32()
+            errors[(topic, partition)] = r.int16()
+            r.tags()
+        r.tags()
+    return errors
+
+
 class TxnWire:
     """The transaction requests, sent through a started :class:`AioKafkaAdapter`."""
 
@@ -172,15 +185,7 @@ class TxnWire:
 
         def read(_version: int, r: Reader) -> AddPartitionsResult:
             r.int32()
-            errors: dict[tuple[str, int], int] = {}
-            for _ in range(r.compact_count()):
-                topic = r.compact_str() or ""
-                for _ in range(r.compact_count()):
-                    partition = r.int32()
-                    errors[(topic, partition)] = r.int16()
-                    r.tags()
-                r.tags()
-            return AddPartitionsResult(errors)
+            return AddPartitionsResult(_partition_errors(r))
 
         # v3 is the last version for clients; later ones are the brokers' own.
         result: AddPartitionsResult = await self._send(
@@ -252,15 +257,7 @@ class TxnWire:
 
         def read(_version: int, r: Reader) -> dict[tuple[str, int], int]:
             r.int32()
-            errors: dict[tuple[str, int], int] = {}
-            for _ in range(r.compact_count()):
-                topic = r.compact_str() or ""
-                for _ in range(r.compact_count()):
-                    partition = r.int32()
-                    errors[(topic, partition)] = r.int16()
-                    r.tags()
-                r.tags()
-            return errors
+            return _partition_errors(r)
 
         # v5 adds the group to the transaction by itself (KIP-890); v3 and v4 need
         # AddOffsetsToTxn first.

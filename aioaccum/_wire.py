@@ -14,6 +14,8 @@ from typing import Any
 
 import aiokafka.errors as kerr
 
+from aioaccum._core.varint import encode_unsigned_varint as uvarint
+
 __all__ = ["I8", "I16", "I32", "I64", "NO_TAGS", "Call", "Reader", "compact_array", "compact_str",
            "uvarint"]
 
@@ -27,15 +29,6 @@ API_VERSIONS = 18
 
 
 # --- flexible encoding
-
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def compact_str(value: str | None) -> bytes:

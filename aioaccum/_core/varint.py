@@ -38,7 +38,11 @@ def encode_varint(n: int) -> bytes:
     Returns:
         One to ten bytes.
     """
-    z = n << 1 if n >= 0 else ((-n) << 1) - 1
+    return encode_unsigned_varint(n << 1 if n >= 0 else ((-n) << 1) - 1)
+
+
+def encode_unsigned_varint(z: int) -> bytes:
+    """Encode ``z`` >= 0 as an unsigned varint (the lengths of Kafka's flexible format)."""
     if z < 0x80:
         return bytes((z,))
     out = bytearray()
