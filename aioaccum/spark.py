@@ -748,16 +748,21 @@ class _TaskWatcher:
             )
             self._thread.start()
 
-    def _poll(self) -> tuple[int, int]:
+    def _stages(self) -> Iterator[Any]:
+        """The stages of the group's jobs, as Spark's status tracker knows them now."""
         tracker = self._sc.statusTracker()
-        done = total = 0
         for job_id in tracker.getJobIdsForGroup(self._group):
             job = tracker.getJobInfo(job_id)
             for stage_id in job.stageIds if job is not None else ():
                 stage = tracker.getStageInfo(stage_id)
                 if stage is not None:
-                    done += stage.numCompletedTasks
-                    total += stage.numTasks
+                    yield stage
+
+    def _poll(self) -> tuple[int, int]:
+        done = total = 0
+        for stage in self._stages():
+            done += stage.numCompletedTasks
+            total += stage.numTasks
         return done, total
 
     def _run(self) -> None:
@@ -771,14 +776,7 @@ class _TaskWatcher:
         ``timeout`` seconds; whether none does."""
         deadline = time.monotonic() + timeout
         while True:
-            tracker = self._sc.statusTracker()
-            active = 0
-            for job_id in tracker.getJobIdsForGroup(self._group):
-                job = tracker.getJobInfo(job_id)
-                for stage_id in job.stageIds if job is not None else ():
-                    stage = tracker.getStageInfo(stage_id)
-                    if stage is not None:
-                        active += stage.numActiveTasks
+            active = sum(stage.numActiveTasks for stage in self._stages())
             if not active:
                 return True
             if time.monotonic() >= deadline:
