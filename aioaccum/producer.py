@@ -357,13 +357,21 @@ class Producer:
         self._refuse_inside_sender("close")
         if self._state is ProducerState.CLOSED:
             return
+        cancelled: BaseException | None = None
         transactions = self._transactions
         if transactions is not None and self._state is ProducerState.RUNNING and timeout != 0:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
             try:
                 async with asyncio.timeout(timeout):
                     await transactions.close()
             except TimeoutError:
                 log.warning("close(%s) ended before the open transaction was aborted", timeout)
+            except asyncio.CancelledError as exc:
+                cancelled = exc  # stop at once below, as a cancelled close() does
+                timeout = 0
+            if timeout:
+                timeout = max(timeout - (loop.time() - began), 0.0)
         self._move(ProducerState.CLOSED)
         self._parts = None
         sender, task = self._sender, self._sender_task
@@ -400,6 +408,8 @@ class Producer:
                 self._pool.close()
             if self._kafka is not None:
                 await self._close_kafka(self._kafka)
+        if cancelled is not None:
+            raise cancelled
 
     async def _close_kafka(self, kafka: KafkaAdapter) -> None:
         closing = asyncio.ensure_future(kafka.close())

@@ -29,6 +29,7 @@ This module imports pyspark only when called; ``import aioaccum`` never imports 
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -72,6 +73,8 @@ __all__ = [
     "WriteReport",
     "write_dataframe",
 ]
+
+log = logging.getLogger(__name__)
 
 Mode = Literal["driver", "executors"]
 Guarantee = Literal["at_least_once", "exactly_once"]
@@ -182,12 +185,16 @@ class SparkTransactionError(SparkWriteError):
 
     Raised after what could still be aborted was aborted. When a commit was refused, those
     before it stay committed and the message says how many; ``report`` counts no records and
-    no transactions.
+    no transactions; ``committed_transactional_ids`` names those committed.
     """
 
-    def __init__(self, report: WriteReport, message: str) -> None:
+    def __init__(
+        self, report: WriteReport, message: str, committed: Sequence[str] = ()
+    ) -> None:
         AioAccumError.__init__(self, message)
         self.report = report
+        self.committed_transactional_ids = list(committed)
+        """The transactions committed before the failure (their partitions are written)."""
 
 
 def write_dataframe(
@@ -288,9 +295,12 @@ def write_dataframe(
         committed = txns.commit()
     except _CommitFailed as exc:
         aborted = _report(tally, mode, started, "exactly_once", committed=None)
-        error = SparkTransactionError(aborted, str(exc))
+        error = SparkTransactionError(aborted, str(exc), txns.committed)
         txns.abort_after(error)
         raise error from exc.__cause__
+    except BaseException as exc:  # interrupted: what is not committed must not stay open
+        txns.abort_after(exc)
+        raise
     return _report(tally, mode, started, "exactly_once", committed=committed)
 
 
@@ -387,6 +397,8 @@ class _Transactions:
         self.started = started
         self.partitions = 0
         self.prepared: list[tuple[int, PreparedTransaction]] = []
+        self.committed: list[str] = []
+        """Transactional ids committed so far (all of them once commit() returned)."""
 
     def ids(self) -> list[str]:
         return [f"{self.prefix}-{i}" for i in range(self.partitions)]
@@ -423,7 +435,11 @@ class _Transactions:
         by_task: dict[int, PreparedTransaction] = {}
         for task, prepared in self.prepared:
             expected = f"{self.prefix}-{task}"
-            if prepared.transactional_id != expected or task in by_task:
+            if (
+                prepared.transactional_id != expected
+                or task in by_task
+                or not 0 <= task < self.partitions
+            ):
                 raise _CommitFailed(
                     f"exactly_once=True: partition {task} handed back the transaction "
                     f"{prepared.transactional_id!r} (expected {expected!r}, once); nothing was "
@@ -443,17 +459,31 @@ class _Transactions:
             )
         ordered = [by_task[task] for task in sorted(by_task)]
         settings = self.settings
+        committed = self.committed
+
+        def note(item: PreparedTransaction) -> None:
+            committed.append(item.transactional_id)
+
         try:
-            return run_coroutine(lambda: commit_prepared(ordered, **settings))
-        except TransactionError as exc:
+            return run_coroutine(
+                lambda: commit_prepared(ordered, on_committed=note, **settings)
+            )
+        except Exception as exc:
+            if committed:
+                part = (
+                    f"{len(committed)} of them ({', '.join(committed)}) are committed, so the "
+                    "topic holds part of the output; running the write again would write "
+                    "those partitions a second time"
+                )
+            else:
+                part = "none was committed"
             raise _CommitFailed(
                 f"exactly_once=True: the Spark job succeeded, but committing its {len(ordered)} "
-                f"transaction(s) failed after {elapsed:.0f} s: {exc}. The transactions not "
-                "committed were aborted, so the topic holds only part of the output. A "
-                "transaction is refused when it was aborted meanwhile: a later producer used "
-                "its id (another write with the same transactional_id_prefix, or a speculative "
-                "task), or it stayed open longer than transaction_timeout_ms="
-                f"{self.timeout_ms}"
+                f"transaction(s) failed after {elapsed:.0f} s: {exc}. {part}; the others were "
+                "aborted. A transaction is refused when it was aborted meanwhile: a later "
+                "producer used its id (another write with the same transactional_id_prefix, "
+                "or a speculative task), or it stayed open longer than "
+                f"transaction_timeout_ms={self.timeout_ms}"
             ) from exc
 
     def abort_after(self, error: BaseException) -> None:
@@ -597,6 +627,11 @@ def _write_from_driver(
     return tally
 
 
+def _conf_true(df: DataFrame, key: str) -> bool:
+    """Whether the Spark setting ``key`` is on for ``df``'s session."""
+    return str(df.sparkSession.conf.get(key, "false")).strip().lower() == "true"
+
+
 def _write_from_executors(
     projected: DataFrame,
     topic: str,
@@ -615,9 +650,18 @@ def _write_from_executors(
 
         return run_task(batches, topic, settings, header_names, on_error, prefix)
 
-    counted = projected.mapInArrow(task, RESULT_DDL)
+    # One RDD for the count and the job: a DataFrame's .rdd plans the query afresh each time,
+    # and adaptive execution may give a second plan other partitions.
+    rows = projected.mapInArrow(task, RESULT_DDL).rdd
     if txns is not None:
-        txns.partitions = counted.rdd.getNumPartitions()
+        txns.partitions = rows.getNumPartitions()
+        if _conf_true(projected, "spark.speculation"):
+            raise ConfigError(
+                "exactly_once=True in mode='executors' cannot run with spark.speculation=true: "
+                "a speculative copy of a task reuses its transactional id and fences the "
+                "attempt whose transaction the driver would commit; turn speculation off for "
+                "this job"
+            )
     sc = projected.sparkSession.sparkContext
     group = f"aioaccum-{uuid.uuid4().hex[:12]}"
     previous = sc.getLocalProperty("spark.jobGroup.id")
@@ -626,7 +670,7 @@ def _write_from_executors(
     failed = True
     try:
         # One small row per task, so collecting them all is safe whatever the DataFrame's size.
-        results = counted.collect()
+        results = rows.collect()
         failed = False
     finally:
         sc.setLocalProperty("spark.jobGroup.id", previous)  # type: ignore[arg-type]
@@ -637,8 +681,11 @@ def _write_from_executors(
                 # Tasks of the failed (or interrupted) job may still run: a task that started
                 # its producer after the abort would open a transaction that only its timeout
                 # ends. Stop them, and give Spark a moment to.
-                sc.cancelJobGroup(group)
-                watcher.wait_for_tasks(_TASKS_END_WITHIN_S)
+                try:
+                    sc.cancelJobGroup(group)
+                    watcher.wait_for_tasks(_TASKS_END_WITHIN_S)
+                except Exception as exc:  # the job's own error is the one to raise
+                    log.warning("could not stop the failed write's tasks: %r", exc)
     tally = Tally(on_error)
     for row in results:
         if txns is not None:

@@ -156,8 +156,8 @@ def _error_for(code: int, what: str, config: ProducerConfig) -> TransactionError
     if code in _FENCED:
         return ProducerFencedError(
             f"{text}: the producer with transactional_id {transactional_id!r} is fenced. "
-            "Another producer started with the same id, or the broker aborted this "
-            f"transaction because it stayed open longer than transaction_timeout_ms="
+            "Another producer started with the same id, the transaction was aborted, or the "
+            "broker aborted it because it stayed open longer than transaction_timeout_ms="
             f"{config.transaction_timeout_ms}; nothing of it is committed. Close this "
             "producer; a new one may go on with the id",
             errno=code,
@@ -182,14 +182,19 @@ def _error_for(code: int, what: str, config: ProducerConfig) -> TransactionError
     return TransactionFatalError(f"{text}; close the producer", errno=code)
 
 
-def _ended(code: int, commit: bool, transaction_version: int) -> int:
+def _ended(code: int, commit: bool, transaction_version: int, *, prepared: bool = False) -> int:
     """EndTxn's answer, as a fenced producer where it means that.
 
     Under KIP-890 the broker's abort of a timed-out transaction moves the epoch on by one, so a
     late commit looks like a retry of an end, and Kafka 4.3 answers INVALID_TXN_STATE (the
-    transaction ended as an abort) where the classic protocol answers PRODUCER_FENCED.
+    transaction ended as an abort) where the classic protocol answers PRODUCER_FENCED. A
+    prepared transaction that someone aborted meanwhile gets INVALID_TXN_STATE on both.
     """
-    if commit and transaction_version >= 2 and code == Errors.INVALID_TXN_STATE:
+    if (
+        commit
+        and (transaction_version >= 2 or prepared)
+        and code == Errors.INVALID_TXN_STATE
+    ):
         return int(Errors.PRODUCER_FENCED)
     return code
 
@@ -328,7 +333,11 @@ class Transactions:
             TxnState.UNINITIALIZED: "call await producer.start() first",
             TxnState.PREPARED: "the transaction is prepared: commit it with "
             "aioaccum.transactions.commit_prepared, or abort it",
-        }.get(state, "wait for the running commit or abort to return")
+            TxnState.COMMITTING: "a commit is under way or timed out: call "
+            "commit_transaction() again to finish it",
+            TxnState.ABORTING: "an abort is under way or timed out: call abort_transaction() "
+            "again to finish it",
+        }.get(state, "wait for the running step to return")
         raise InvalidTxnStateError(f"cannot {what} while the producer is {state.value}: {hint}")
 
     def _fatal_again(self, what: str) -> TransactionError:
@@ -483,10 +492,23 @@ class Transactions:
         self._require("commit", TxnState.IN_TRANSACTION, TxnState.COMMITTING)
         self.state = TxnState.COMMITTING
         self._allow_send(False)
-        async with self._steps:  # offsets being sent go first, or they would miss the commit
-            pass
-        await self._flush_transaction()
+        await self._flushed_for_end()
         await self._end(commit=True)
+
+    async def _flushed_for_end(self) -> None:
+        """Wait for offsets being sent and for every record; when that is interrupted (a
+        cancel, a stopped producer) before anything was ended, the transaction is open again,
+        so that abort, close, or a second try still work."""
+        try:
+            async with self._steps:  # offsets being sent go first, or they would miss the end
+                pass
+            await self._flush_transaction()
+        except TransactionError:
+            raise
+        except BaseException:
+            if self.state is TxnState.COMMITTING:
+                self.state = TxnState.IN_TRANSACTION
+            raise
 
     async def abort(self) -> None:
         self._require(
@@ -534,6 +556,7 @@ class Transactions:
                 raise self._enter_error(fatal) from exc
             except TransactionError as exc:
                 raise self._enter_error(exc) from None
+            self._started = False  # ended: a retry of what follows must not end it twice
             if producer_id >= 0:
                 # KIP-890: every end moves the epoch on; sequences start again under it.
                 txn.set_producer_id_and_epoch(producer_id, epoch)
@@ -606,7 +629,7 @@ class Transactions:
         self._require("prepare", TxnState.IN_TRANSACTION)
         self.state = TxnState.COMMITTING
         self._allow_send(False)
-        await self._flush_transaction()
+        await self._flushed_for_end()
         producer = self._txn.producer
         self.state = TxnState.PREPARED
         return PreparedTransaction(
@@ -617,7 +640,7 @@ class Transactions:
     async def close(self) -> None:
         """On a graceful close, abort an open transaction (as Java's sender does); a prepared
         one is left for its committer."""
-        if self.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+        if self.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING):
             log.info("aborting the open transaction of %r at close", self._id)
             try:
                 await self.abort()
@@ -642,17 +665,25 @@ async def _with_wire(
         await adapter.close()
 
 
-async def commit_prepared(prepared: Sequence[PreparedTransaction], **settings: Any) -> int:
+async def commit_prepared(
+    prepared: Sequence[PreparedTransaction],
+    *,
+    on_committed: Callable[[PreparedTransaction], None] | None = None,
+    **settings: Any,
+) -> int:
     """Commit transactions that producers prepared (:meth:`aioaccum.Producer.prepare_transaction`),
     possibly in other processes, with EndTxn as each producer would have. Returns how many
     were committed (empty ones have nothing to commit).
 
-    ``settings`` are :class:`~aioaccum.Producer`'s (``bootstrap_servers``, security...).
+    ``settings`` are :class:`~aioaccum.Producer`'s (``bootstrap_servers``, security...);
+    ``on_committed`` is told of each transaction once it is committed, so that a caller knows
+    which are when a later one fails (the error's note says how many).
 
     Raises:
         ProducerFencedError: A transaction was aborted meanwhile: a later producer with its id
             started, or it stayed open past ``transaction_timeout_ms``. Earlier ones in
             ``prepared`` stay committed.
+        ProducerTimeoutError: A coordinator did not answer within ``max_block_ms``.
     """
 
     async def work(wire: TxnWire, coordinators: _Coordinators, config: ProducerConfig) -> int:
@@ -667,7 +698,8 @@ async def commit_prepared(prepared: Sequence[PreparedTransaction], **settings: A
                     node, item.transactional_id, item.producer_id, item.epoch, True,
                     transaction_version=item.transaction_version,
                 )
-                return _ended(answer.error_code, True, item.transaction_version), None
+                code = _ended(answer.error_code, True, item.transaction_version, prepared=True)
+                return code, None
 
             try:
                 await _Coordinators(wire, item_config).run(
@@ -675,12 +707,15 @@ async def commit_prepared(prepared: Sequence[PreparedTransaction], **settings: A
                     what=f"commit of the prepared transaction {item.transactional_id!r}",
                     timeout_ms=config.max_block_ms,
                 )
-            except TransactionError as exc:
-                if committed:
-                    exc.args = (f"{exc} ({committed} earlier transaction(s) of this call are "
-                                "committed)",)
+            except BaseException as exc:
+                exc.add_note(
+                    f"{committed} of the {len(prepared)} transaction(s) before this one were "
+                    "committed"
+                )
                 raise
             committed += 1
+            if on_committed is not None:
+                on_committed(item)
         return committed
 
     return await _with_wire(dict(settings), work)

@@ -19,7 +19,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 _RATE = re.compile(r"records sent, ([0-9.]+) records/sec")
 _CLI = str(Path(sys.executable).with_name("aioaccum"))

@@ -44,6 +44,7 @@ from aioaccum import (
     TransactionAbortedError,
     TransactionFatalError,
 )
+from aioaccum.transactions import commit_prepared
 
 if TYPE_CHECKING:
     from conftest import TopicFactory
@@ -440,3 +441,75 @@ async def test_calls_in_the_wrong_state(
     expected = await acked_records(sent)
     await wait_stable(kafka_bootstrap, topic, timeout=STABLE_S)
     assert await read_topic(kafka_bootstrap, topic) == expected
+
+
+# --- 7. prepared transactions and close() --------------------------------------------------
+
+
+async def test_a_prepared_transaction_is_committed_elsewhere_and_close_leaves_it(
+    kafka_bootstrap: str, topic_factory: TopicFactory, transaction_version: int
+) -> None:
+    topic = await topic_factory(partitions=PARTITIONS)
+    tid = txn_id("prepared")
+    async with asyncio.timeout(3 * STEP_S):
+        async with Producer(kafka_bootstrap, transactional_id=tid, linger_ms=5) as producer:
+            producer.begin_transaction()
+            sent = await send_each(producer, topic, "prepared", 10)
+            prepared = await producer.prepare_transaction()
+            assert (prepared.transactional_id, prepared.empty) == (tid, False)
+            assert prepared.transaction_version == transaction_version
+            with pytest.raises(InvalidTxnStateError, match="prepared"):
+                await producer.send(topic, b"after prepare")
+        # close() above left the prepared transaction open: nothing is visible yet...
+        expected = await acked_records(sent)
+        assert await read_topic(kafka_bootstrap, topic, isolation="read_uncommitted") != []
+        # ...until another client commits it, as the producer that prepared it would have.
+        committed: list[str] = []
+        count = await commit_prepared(
+            [prepared], on_committed=lambda p: committed.append(p.transactional_id),
+            bootstrap_servers=kafka_bootstrap,
+        )
+        assert (count, committed) == (1, [tid])
+    await wait_stable(kafka_bootstrap, topic, timeout=STABLE_S)
+    assert sorted(await read_topic(kafka_bootstrap, topic)) == sorted(expected)
+
+
+async def test_close_aborts_an_open_transaction_and_a_late_commit_of_it_is_fenced(
+    kafka_bootstrap: str, topic_factory: TopicFactory, transaction_version: int
+) -> None:
+    topic = await topic_factory(partitions=PARTITIONS)
+    tid = txn_id("close")
+    async with asyncio.timeout(3 * STEP_S):
+        async with Producer(kafka_bootstrap, transactional_id=tid) as producer:
+            producer.begin_transaction()
+            sent = await send_each(producer, topic, "closed", 10)
+            await producer.flush()
+            prepared = await producer.prepare_transaction()
+            await producer.abort_transaction()  # a prepared transaction may still be aborted
+        await acked_records(sent)
+        with pytest.raises(ProducerFencedError):
+            await commit_prepared([prepared], bootstrap_servers=kafka_bootstrap)
+
+        producer = Producer(kafka_bootstrap, transactional_id=tid)
+        await producer.start()
+        producer.begin_transaction()
+        more = await send_each(producer, topic, "open at close", 10)
+        await producer.flush()
+        await producer.close()  # aborts the open transaction, as Java's producer does
+        await acked_records(more)
+        # Nothing is left open: the abort ended it, rather than the transaction timeout.
+        await wait_stable(kafka_bootstrap, topic, timeout=10)
+    assert await read_topic(kafka_bootstrap, topic) == []
+    written = await read_topic(kafka_bootstrap, topic, isolation="read_uncommitted")
+    assert len(written) == len(sent) + len(more)
+
+
+async def test_nothing_sent_prepares_an_empty_transaction_with_nothing_to_commit(
+    kafka_bootstrap: str, transaction_version: int
+) -> None:
+    async with asyncio.timeout(2 * STEP_S):
+        async with Producer(kafka_bootstrap, transactional_id=txn_id("empty")) as producer:
+            producer.begin_transaction()
+            prepared = await producer.prepare_transaction()
+        assert prepared.empty
+        assert await commit_prepared([prepared], bootstrap_servers=kafka_bootstrap) == 0
