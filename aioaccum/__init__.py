@@ -26,6 +26,7 @@ from aioaccum.errors import (
     TransactionError,
     TransactionFatalError,
 )
+from aioaccum.oauth import OAuthToken
 from aioaccum.pool import BufferPool, PoolStats
 from aioaccum.producer import Producer, ProducerState
 
@@ -43,6 +44,7 @@ __all__ = [
     "DeliveryTimeoutError",
     "FutureRecordMetadata",
     "InvalidTxnStateError",
+    "OAuthToken",
     "PoolStats",
     "Producer",
     "ProducerClosedError",

@@ -37,6 +37,8 @@ from aioaccum._core import kafka_errors
 from aioaccum._core.cluster import TopicPartition
 from aioaccum._logs import Throttle, demote_aiokafka_noise
 from aioaccum._metadata import MetadataClient
+from aioaccum._oauth import MECHANISM as OAUTHBEARER
+from aioaccum._oauth import OAuthBearerFailed, OAuthClient, TokenCache
 from aioaccum._wire import I32, NO_TAGS, Call, Reader, compact_str, uvarint
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import (
@@ -63,6 +65,13 @@ class PartitionResponse(NamedTuple):
     error: BrokerError | None
     base_offset: int
     log_append_time: int
+
+
+class ProduceAnswers(dict):  # type: ignore[type-arg]  # dict[TopicPartition, PartitionResponse]
+    """The partitions' answers to one produce request, and how long the broker throttled it
+    (``throttle_time_ms``, for the ``produce-throttle-time`` metrics)."""
+
+    throttle_time_ms = 0
 
 
 class KafkaAdapter(Protocol):
@@ -176,6 +185,8 @@ def _authentication_error(
 
     ``login`` says who tried to log in how, e.g. "SASL PLAIN authentication as 'app'".
     """
+    if isinstance(exc, OAuthBearerFailed):
+        return AuthenticationError(str(exc))  # says what failed where; never holds the token
     if isinstance(exc, _AUTH_ERRORS):
         # aiokafka's text is the broker's, which never repeats the password.
         return AuthenticationError(
@@ -232,7 +243,7 @@ class _RedactSaslAuthentication(logging.Filter):
     """Hides SASL authentication payloads from aiokafka's DEBUG request log.
 
     aiokafka logs every request it sends, and a PLAIN SaslAuthenticate request carries the
-    password in clear text (SCRAM's carries a proof derived from it).
+    password in clear text (SCRAM's carries a proof derived from it, OAUTHBEARER's the token).
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -310,6 +321,10 @@ class _SocketBufferClient(MetadataClient):
             log.warning("could not set the socket buffer sizes of %s: %s", conn, exc)
 
 
+class _OAuthSocketBufferClient(_SocketBufferClient, OAuthClient):
+    """Both steps: connections authenticated with OAUTHBEARER, then their buffers sized."""
+
+
 class AioKafkaAdapter:
     """:class:`KafkaAdapter` on top of aiokafka's ``AIOKafkaClient``."""
 
@@ -358,7 +373,16 @@ class AioKafkaAdapter:
             "security_protocol": cfg.security_protocol,
             "ssl_context": ssl_context,
         }
-        if cfg.sasl_mechanism is not None:
+        tokens: TokenCache | None = None
+        if cfg.sasl_mechanism == OAUTHBEARER:
+            # aiokafka opens the connections (PLAINTEXT or SSL); _oauth.OAuthClient runs SASL.
+            _redact_sasl_logs()
+            assert cfg.sasl_oauth_token_provider is not None  # the config's rules see to it
+            tokens = TokenCache(
+                cfg.sasl_oauth_token_provider, timeout=cfg.request_timeout_ms / 1000
+            )
+            security["security_protocol"] = cfg.security_protocol.removeprefix("SASL_")
+        elif cfg.sasl_mechanism is not None:
             _redact_sasl_logs()
             security["sasl_mechanism"] = cfg.sasl_mechanism
             security["sasl_plain_username"] = cfg.sasl_plain_username
@@ -373,8 +397,18 @@ class AioKafkaAdapter:
             **security,
         }
         buffers = _socket_buffers(cfg)
-        # Only then: the subclass adds a step to every request's connection lookup.
-        client = _SocketBufferClient(buffers, **settings) if buffers else MetadataClient(**settings)
+        client: MetadataClient
+        # Only then: the subclasses add a step to every request's connection lookup.
+        if tokens is not None:
+            client = (
+                _OAuthSocketBufferClient(buffers, tokens=tokens, **settings)
+                if buffers
+                else OAuthClient(tokens=tokens, **settings)
+            )
+        elif buffers:
+            client = _SocketBufferClient(buffers, **settings)
+        else:
+            client = MetadataClient(**settings)
         client.cluster.add_listener(self._on_metadata_update)
         try:
             try:
@@ -652,11 +686,15 @@ class AioKafkaAdapter:
         except AioAccumError as exc:
             # Only a node that was never connected saw nothing; after the request was written,
             # a lost connection or a timeout leaves its batches possibly in the log.
-            exc.possibly_written = not isinstance(exc.__cause__, kerr.NodeNotReadyError)
+            # Nor did one whose OAUTHBEARER (re-)authentication failed before the request.
+            exc.possibly_written = not isinstance(
+                exc.__cause__, (kerr.NodeNotReadyError, OAuthBearerFailed)
+            )
             raise
         if acks == 0:
             return {tp: PartitionResponse(None, -1, -1) for tp, _ in batches}
-        out: dict[TopicPartition, PartitionResponse] = {}
+        out = ProduceAnswers()
+        out.throttle_time_ms = int(getattr(response, "throttle_time_ms", 0) or 0)
         for topic, partitions in response.topics:
             for info in partitions:
                 partition, code, offset, timestamp = info[0], info[1], info[2], info[3]

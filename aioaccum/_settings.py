@@ -21,7 +21,7 @@ MAX_IN_FLIGHT_FOR_IDEMPOTENCE = 5
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 # Java's bounds per codec, and the extra value each accepts as "the codec's own default".
 LEVELS: dict[str, tuple[int, int, int]] = {
     "gzip": (1, 9, -1),
@@ -186,6 +186,18 @@ class _Callable(_Kind):
         return value
 
 
+class _TokenProvider(_Callable):
+    def check(self, value: object, label: str) -> object:
+        if value is None or callable(value) or callable(getattr(value, "token", None)):
+            return value
+        # Not echoed: an object holding credentials may show them in its repr.
+        raise ConfigError(
+            f"{label} must be an async callable returning OAuthToken(token, expires_at_ms) or "
+            f"(token, expires_at_ms), or an aiokafka AbstractTokenProvider; got an object of "
+            f"type {type(value).__name__}"
+        )
+
+
 class _SslContext(_Kind):
     annotation, shown = "ssl.SSLContext | None", "ssl.SSLContext"
 
@@ -195,6 +207,60 @@ class _SslContext(_Kind):
     def check(self, value: object, label: str) -> object:
         if value is not None and not isinstance(value, ssl.SSLContext):
             raise ConfigError(f"{label} must be an ssl.SSLContext, got {value!r}")
+        return value
+
+
+class _Interceptors(_Kind):
+    """Objects with ``on_send`` and/or ``on_acknowledgement`` (Java's ProducerInterceptor)."""
+
+    annotation, shown = "Sequence[ProducerInterceptor]", "list of objects"
+    limits = "each with on_send and/or on_acknowledgement"
+
+    def parse(self, text: str, label: str, name: str) -> object:
+        raise ConfigError(
+            f"{label}={text!r}: Java class names can't be loaded; pass interceptor objects "
+            f"as {name}=[...] instead (see aioaccum.interceptors.ProducerInterceptor)"
+        )
+
+    def check(self, value: object, label: str) -> object:
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise ConfigError(
+                f"{label} must be a list of interceptor objects (see "
+                f"aioaccum.interceptors.ProducerInterceptor), got {value!r}"
+            )
+        for i, item in enumerate(value):
+            if isinstance(item, type):
+                raise ConfigError(
+                    f"{label}[{i}] is the class {item.__name__}; pass an instance, "
+                    f"{item.__name__}()"
+                )
+            if not any(callable(getattr(item, m, None)) for m in _INTERCEPTOR_METHODS):
+                raise ConfigError(
+                    f"{label}[{i}] ({item!r}) has neither on_send nor on_acknowledgement; see "
+                    "aioaccum.interceptors.ProducerInterceptor"
+                )
+        return tuple(value)
+
+
+_INTERCEPTOR_METHODS = ("on_send", "on_acknowledgement")
+
+
+class _Provider(_Kind):
+    """An OpenTelemetry provider object (``TracerProvider``, ``MeterProvider``) or None."""
+
+    def __init__(self, kind: str, method: str) -> None:
+        self.annotation, self.shown, self.method = f"{kind} | None", kind, method
+        self.limits = f"None: OpenTelemetry's global {kind}"
+
+    def parse(self, text: str, label: str, name: str) -> object:
+        raise ConfigError(f"{label} must be an OpenTelemetry {self.shown} object, not a string")
+
+    def check(self, value: object, label: str) -> object:
+        if value is not None and not callable(getattr(value, self.method, None)):
+            raise ConfigError(
+                f"{label} must be an OpenTelemetry {self.shown} (with {self.method}()) or "
+                f"None, got {value!r}"
+            )
         return value
 
 
@@ -227,6 +293,8 @@ _INT = _Int(0, INT_MAX)
 _LONG = _Int(0)
 _LEVEL_LIMITS = ", ".join(f"{c} {lo} .. {hi}" for c, (lo, hi, _) in LEVELS.items())
 _JAAS_ONLY = "Java passes it inside sasl.jaas.config"
+_INTERCEPTOR_CLASSES = "Java names classes in interceptor.classes; these are Python objects"
+_OTEL_OUTSIDE = "OpenTelemetry instruments Java's client from outside its settings"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("bootstrap_servers", "bootstrap.servers", _Servers(), "127.0.0.1:9092",
@@ -276,6 +344,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Forget a topic not produced to for this long"),
     Setting("connections_max_idle_ms", "connections.max.idle.ms", _LONG, 540000,
             "Close connections idle for this long"),
+    Setting("metrics_sample_window_ms", "metrics.sample.window.ms", _Int(1), 30000,
+            "Time one sample of a windowed metric (a rate, average or max) covers"),
+    Setting("metrics_num_samples", "metrics.num.samples", _Int(1, INT_MAX), 2,
+            "Samples a windowed metric is measured over"),
     Setting("send_buffer_bytes", "send.buffer.bytes", _Int(1, INT_MAX, os_default=True),
             None, "Socket send buffer (SO_SNDBUF) of each broker connection"),
     Setting("receive_buffer_bytes", "receive.buffer.bytes", _Int(1, INT_MAX, os_default=True),
@@ -293,6 +365,20 @@ SETTINGS: tuple[Setting, ...] = (
             "Turns keys into bytes; None means keys are bytes already"),
     Setting("value_serializer", "value.serializer", _Callable("Serializer | None"), None,
             "Turns values into bytes; None means values are bytes already"),
+    Setting("interceptors", NoJavaName(_INTERCEPTOR_CLASSES), _Interceptors(), (),
+            "ProducerInterceptor objects: on_send may replace a record, on_acknowledgement sees "
+            "each outcome (see docs/tracing-and-interceptors.md)"),
+    Setting("tracing", NoJavaName(_OTEL_OUTSIDE), _BOOL, False,
+            "An OpenTelemetry span per record sent, ending with its outcome (extra "
+            "aioaccum[otel])"),
+    Setting("tracer_provider", NoJavaName(_OTEL_OUTSIDE), _Provider("TracerProvider",
+            "get_tracer"), None, "Where the spans go; setting it turns tracing on"),
+    Setting("trace_context_headers", NoJavaName(_OTEL_OUTSIDE), _BOOL, False,
+            "Put each span's W3C trace context (traceparent) in its record's headers"),
+    Setting("otel_metrics", NoJavaName(_OTEL_OUTSIDE), _BOOL, False,
+            "Report metrics() as OpenTelemetry instruments (extra aioaccum[otel])"),
+    Setting("meter_provider", NoJavaName(_OTEL_OUTSIDE), _Provider("MeterProvider",
+            "get_meter"), None, "Where the metrics go; setting it turns otel_metrics on"),
     Setting("security_protocol", "security.protocol", _Choice(SECURITY_PROTOCOLS, upper=True),
             "PLAINTEXT", "How connections are secured"),
     Setting("ssl_context", NoJavaName("Java configures TLS with ssl.* keystore properties"),
@@ -303,6 +389,11 @@ SETTINGS: tuple[Setting, ...] = (
             _Str(optional=True), None, "The SASL user name"),
     Setting("sasl_plain_password", NoJavaName(_JAAS_ONLY), _Str(optional=True), None,
             "The SASL password; never shown by repr() nor in errors", secret=True),
+    Setting("sasl_oauth_token_provider",
+            NoJavaName("Java fetches tokens with a sasl.login.callback.handler.class"),
+            _TokenProvider("TokenProvider | None"), None,
+            "OAUTHBEARER: an async callable returning OAuthToken(token, expires_at_ms) or "
+            "(token, expires_at_ms); not shown by repr()", secret=True),
 )  # fmt: skip  (a table: one row per setting)
 ROWS: Mapping[str, Setting] = {row.name: row for row in SETTINGS}
 FIELDS: tuple[str, ...] = tuple(ROWS)

@@ -27,13 +27,14 @@ It returns one of ``all_partitions``; ``key``/``value`` are the serialized bytes
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import logging
 import re
 import ssl
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from aioaccum._core.codecs import CompressionType, ensure_codec_available
 from aioaccum._core.partitioner import Partitioner
@@ -52,6 +53,13 @@ from aioaccum._settings import (
     Setting,
 )
 from aioaccum.errors import ConfigError
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
+    from aioaccum.interceptors import ProducerInterceptor
+    from aioaccum.oauth import TokenProvider
 
 __all__ = [
     "JAVA_TO_PYTHON",
@@ -138,6 +146,8 @@ class ProducerConfig:
     metadata_max_age_ms: int = _ROW_DEFAULT
     metadata_max_idle_ms: int = _ROW_DEFAULT
     connections_max_idle_ms: int = _ROW_DEFAULT
+    metrics_sample_window_ms: int = _ROW_DEFAULT
+    metrics_num_samples: int = _ROW_DEFAULT
     send_buffer_bytes: int | None = _ROW_DEFAULT
     receive_buffer_bytes: int | None = _ROW_DEFAULT
     partitioner: Partitioner | None = _ROW_DEFAULT
@@ -146,11 +156,18 @@ class ProducerConfig:
     partitioner_availability_timeout_ms: int = _ROW_DEFAULT
     key_serializer: Serializer | None = _ROW_DEFAULT
     value_serializer: Serializer | None = _ROW_DEFAULT
+    interceptors: Sequence[ProducerInterceptor] = _ROW_DEFAULT
+    tracing: bool = _ROW_DEFAULT
+    tracer_provider: TracerProvider | None = _ROW_DEFAULT
+    trace_context_headers: bool = _ROW_DEFAULT
+    otel_metrics: bool = _ROW_DEFAULT
+    meter_provider: MeterProvider | None = _ROW_DEFAULT
     security_protocol: str = _ROW_DEFAULT
     ssl_context: ssl.SSLContext | None = _ROW_DEFAULT
     sasl_mechanism: str | None = _ROW_DEFAULT
     sasl_plain_username: str | None = _ROW_DEFAULT
     sasl_plain_password: str | None = _ROW_DEFAULT
+    sasl_oauth_token_provider: TokenProvider | None = _ROW_DEFAULT
     _explicit: frozenset[str] = field(
         default=frozenset(), init=False, repr=False, compare=False, hash=False
     )
@@ -308,6 +325,7 @@ class _Rules:
         # producer from being made, not fail records (and the sender) later.
         ensure_codec_available(CompressionType.from_name(v["compression_type"]))
         self.security(v)
+        self.opentelemetry(v, explicit)
         n = self.name
         if v["batch_size"] > v["buffer_memory"]:
             raise ConfigError(
@@ -334,6 +352,28 @@ class _Rules:
             # acks or retries is an error even when idempotence was left at its default.
             chosen = "enable_idempotence" in explicit or v["transactional_id"] is not None
             self.idempotence(v, chosen)
+
+    def opentelemetry(self, v: dict[str, Any], explicit: set[str]) -> None:
+        n = self.name
+        for flag, provider in (("tracing", "tracer_provider"), ("otel_metrics", "meter_provider")):
+            if v[provider] is None:
+                continue
+            if flag in explicit and not v[flag]:
+                raise ConfigError(
+                    f"{n(provider)} is set but {n(flag)}=False; drop one of them"
+                )
+            v[flag] = True
+        if v["trace_context_headers"] and not v["tracing"]:
+            raise ConfigError(
+                f"{n('trace_context_headers')}=True puts the record's span in its headers, and "
+                "needs tracing=True (or a tracer_provider)"
+            )
+        wanted = [flag for flag in ("tracing", "otel_metrics") if v[flag]]
+        # Here, not at the first send: a missing library must stop the producer from being made.
+        if wanted and not _has_opentelemetry():
+            raise ConfigError(
+                f"{n(wanted[0])}=True needs OpenTelemetry's API: pip install 'aioaccum[otel]'"
+            )
 
     def transactions(self, v: dict[str, Any]) -> None:
         n = self.name
@@ -374,8 +414,9 @@ class _Rules:
                 f"{protocol}; set security_protocol='SSL' or drop ssl_context"
             )
         mechanism = v["sasl_mechanism"]
-        has_credentials = v["sasl_plain_username"] is not None or (
-            v["sasl_plain_password"] is not None
+        has_credentials = any(
+            v[f] is not None
+            for f in ("sasl_plain_username", "sasl_plain_password", "sasl_oauth_token_provider")
         )
         if not protocol.startswith("SASL"):
             if mechanism is not None or has_credentials:
@@ -389,29 +430,56 @@ class _Rules:
                 f"security_protocol={protocol!r} needs {n('sasl_mechanism')}: one of "
                 f"{', '.join(SASL_MECHANISMS)}"
             )
-        missing = [f for f in ("sasl_plain_username", "sasl_plain_password") if v[f] is None]
-        if missing:
+        if mechanism == "OAUTHBEARER":
+            self.oauthbearer(v)
+        elif v["sasl_oauth_token_provider"] is not None:
             raise ConfigError(
-                f"sasl_mechanism={mechanism!r} needs {' and '.join(map(n, missing))}"
+                f"{n('sasl_oauth_token_provider')} is only used with sasl_mechanism="
+                f"'OAUTHBEARER', not {mechanism!r}; remove it, or set sasl_mechanism='OAUTHBEARER'"
             )
-        if protocol == "SASL_PLAINTEXT" and mechanism == "PLAIN":
-            self.plain_password_in_clear(v["bootstrap_servers"])
+        else:
+            missing = [f for f in ("sasl_plain_username", "sasl_plain_password") if v[f] is None]
+            if missing:
+                raise ConfigError(
+                    f"sasl_mechanism={mechanism!r} needs {' and '.join(map(n, missing))}"
+                )
+        if protocol == "SASL_PLAINTEXT" and mechanism in ("PLAIN", "OAUTHBEARER"):
+            self.plain_password_in_clear(v["bootstrap_servers"], mechanism)
 
-    def plain_password_in_clear(self, servers: tuple[str, ...]) -> None:
+    def oauthbearer(self, v: dict[str, Any]) -> None:
+        n = self.name
+        if v["sasl_oauth_token_provider"] is None:
+            raise ConfigError(
+                f"sasl_mechanism='OAUTHBEARER' needs {n('sasl_oauth_token_provider')}: an async "
+                "callable returning aioaccum.oauth.OAuthToken(token, expires_at_ms) or a "
+                "(token, expires_at_ms) tuple"
+            )
+        given = [f for f in ("sasl_plain_username", "sasl_plain_password") if v[f] is not None]
+        if given:
+            raise ConfigError(
+                f"{' and '.join(map(n, given))} not used with sasl_mechanism='OAUTHBEARER' "
+                f"(sasl_oauth_token_provider's token authenticates); remove "
+                f"{'them' if len(given) > 1 else 'it'}"
+            )
+
+    def plain_password_in_clear(self, servers: tuple[str, ...], mechanism: str) -> None:
         # A warning, not an error: on a test cluster or a trusted network it is a fair choice.
-        # Only PLAIN: SCRAM never sends the password itself. Once per bootstrap, because
-        # producers are often made in a loop (one per Spark task, per request).
+        # Only PLAIN and OAUTHBEARER: SCRAM never sends the password itself. Once per
+        # bootstrap, because producers are often made in a loop (one per Spark task, per
+        # request).
         with _PLAIN_IN_CLEAR_LOCK:
             if frozenset(servers) in _PLAIN_IN_CLEAR_WARNED:
                 return
             _PLAIN_IN_CLEAR_WARNED.add(frozenset(servers))
         n = self.name
         log.warning(
-            "%s='SASL_PLAINTEXT' with %s='PLAIN': the password crosses the network to %s "
-            "unencrypted, readable by anyone on the path; set %s='SASL_SSL' to send it over "
-            "TLS (logged once per bootstrap)",
+            "%s='SASL_PLAINTEXT' with %s=%r: %s crosses the network to %s unencrypted, "
+            "readable by anyone on the path; set %s='SASL_SSL' to send it over TLS (logged "
+            "once per bootstrap)",
             n("security_protocol"),
             n("sasl_mechanism"),
+            mechanism,
+            "the password" if mechanism == "PLAIN" else "the bearer token",
             ",".join(servers),
             n("security_protocol"),
         )
@@ -443,6 +511,16 @@ class _Rules:
             )
 
 
+def _has_opentelemetry() -> bool:
+    try:  # the API's trace and metrics modules; imports only the namespace package
+        return all(
+            importlib.util.find_spec(f"opentelemetry.{part}") is not None
+            for part in ("trace", "metrics", "propagate")
+        )
+    except ModuleNotFoundError:
+        return False
+
+
 # --- names: unknown, misspelt, unsupported
 
 _TWO_PHASE = (
@@ -452,7 +530,10 @@ _TWO_PHASE = (
 _CONNECTIONS = "connection set-up is left to the connection layer and not configurable"
 _UNSUPPORTED = {
     "transaction.two.phase.commit.enable": _TWO_PHASE,
-    "interceptor.classes": "interceptors are not supported; wrap send() instead",
+    "interceptor.classes": (
+        "Java class names can't be loaded; pass interceptor objects as interceptors=[...] "
+        "(see aioaccum.interceptors.ProducerInterceptor)"
+    ),
     "client.dns.lookup": "host names are resolved by asyncio",
     "reconnect.backoff.ms": _CONNECTIONS,
     "reconnect.backoff.max.ms": _CONNECTIONS,
@@ -475,9 +556,14 @@ _UNSUPPORTED_PREFIXES = (
     (
         "sasl.",
         "only sasl.mechanism PLAIN/SCRAM-SHA-256/SCRAM-SHA-512, with sasl.jaas.config or "
-        "sasl_plain_username/sasl_plain_password, is supported",
+        "sasl_plain_username/sasl_plain_password, and OAUTHBEARER, with a Python callable as "
+        "sasl_oauth_token_provider, are supported",
     ),
-    ("metric", "Java metrics settings don't apply; the producer keeps its own metrics"),
+    (
+        "metric",
+        "of Java's metrics settings only metrics.sample.window.ms and metrics.num.samples "
+        "apply; the producer keeps its own metrics (see docs/observability.md)",
+    ),
 )
 # Names other Python clients use for the same thing.
 _ALIASES = {"max_batch_size": "batch_size"}
@@ -546,6 +632,12 @@ def _parse_jaas(value: object, label: str) -> tuple[str, str]:
             f'{label} must look like \'<LoginModule> required username="..." password="...";\''
         )
     module = match["module"].rsplit(".", 1)[-1]
+    if module == "OAuthBearerLoginModule":
+        raise ConfigError(
+            f"{label} uses OAuthBearerLoginModule: drop {label} and pass "
+            "sasl_oauth_token_provider, an async callable returning the token, among the "
+            "properties (with sasl.mechanism=OAUTHBEARER)"
+        )
     if module not in ("PlainLoginModule", "ScramLoginModule"):
         raise ConfigError(
             f"{label} uses {module}; only PlainLoginModule and ScramLoginModule are supported"

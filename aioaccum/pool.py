@@ -247,6 +247,17 @@ class BufferPool:
         """The size of the buffers kept for reuse, in bytes."""
         return self._poolable
 
+    @property
+    def wait_time_total_s(self) -> float:
+        """Seconds spent waiting in the queue so far, summed over all waiters (lock-free read:
+        the metrics look once per request)."""
+        return self._wait_time
+
+    @property
+    def exhausted_count(self) -> int:
+        """Allocations that timed out so far."""
+        return self._exhausted
+
     def available_memory(self) -> int:
         """Bytes that could be allocated now: unallocated plus pooled free buffers."""
         with self.lock:

@@ -25,6 +25,7 @@ cdef class Producer:
     cdef public double _max_block_ms
     cdef public long long _batches_seen
     cdef public object _transactions
+    cdef public object _hooks
     cdef object __weakref__
 
     cpdef tuple _checked(self, key, value, headers, timestamp_ms)

@@ -15,10 +15,10 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from time import time_ns
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self, TypeVar, cast
 
 from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.codecs import CompressionType
@@ -35,6 +35,7 @@ from aioaccum._core.sender_core import SenderCore
 from aioaccum._kafka import AioKafkaAdapter, KafkaAdapter
 from aioaccum._loops import LOOP_GRACE_S
 from aioaccum._many import ManyResult
+from aioaccum._send_records import RecordLike, send_records
 from aioaccum._validate import (
     as_bytes,
     checked_column,
@@ -52,7 +53,8 @@ from aioaccum.errors import (
     RecordTooLargeError,
     TransactionAbortableError,
 )
-from aioaccum.metrics import ProducerMetrics
+from aioaccum.interceptors import Intercepted, SendHooks
+from aioaccum.metrics import MetricValue, ProducerMetrics
 from aioaccum.pool import BufferPool
 from aioaccum.sender import Sender
 from aioaccum.transactions import PreparedTransaction, Transactions, TxnState
@@ -66,6 +68,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _NO_HEADERS: list[tuple[str, bytes | None]] = []
 _RECORD_BOUND = RECORD_BATCH_OVERHEAD + MAX_RECORD_OVERHEAD + 10
@@ -116,7 +119,11 @@ class Producer:
         self._acc: RecordAccumulator | None = None
         self._sender: Sender | None = None
         self._sender_task: asyncio.Task[None] | None = None
-        self._metrics = ProducerMetrics()
+        self._metrics = ProducerMetrics(
+            window=config.metrics_sample_window_ms / 1000,
+            samples=config.metrics_num_samples,
+            client_id=config.client_id,
+        )
         self._partitioner = BuiltInPartitioner(
             config.batch_size, adaptive=config.partitioner_adaptive_partitioning_enable
         )
@@ -133,6 +140,9 @@ class Producer:
         self._max_block_ms: float = config.max_block_ms
         self._batches_seen = 0
         self._transactions: Transactions | None = None
+        # Interceptors and tracing (aioaccum.interceptors): None when neither is set, and then
+        # the send methods' one test of it is all they cost.
+        self._hooks = SendHooks.for_config(config)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
@@ -163,6 +173,7 @@ class Producer:
         await kafka.start()
         self._kafka = kafka
         self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size)
+        self._metrics.bind(self._pool, self._loop.time)
         txn = TransactionManager(cfg.transactional_id) if cfg.enable_idempotence else None
         self._acc = RecordAccumulator(
             self._pool,
@@ -208,6 +219,10 @@ class Producer:
         )
         self._parts = (kafka, self._acc, self._sender)
         self._move(ProducerState.RUNNING)
+        if cfg.otel_metrics:
+            from aioaccum.otel import observe_metrics  # only now: opentelemetry is optional
+
+            observe_metrics(self, cfg.meter_provider)
         if cfg.transactional_id is not None:
             await self._init_transactions(kafka, txn)
 
@@ -408,6 +423,8 @@ class Producer:
                 self._pool.close()
             if self._kafka is not None:
                 await self._close_kafka(self._kafka)
+            if self._hooks is not None:
+                self._hooks.close()  # the interceptors' close(), as Java's close() calls it
         if cancelled is not None:
             raise cancelled
 
@@ -503,6 +520,8 @@ class Producer:
             BufferExhaustedError: No buffer memory freed within ``max_block_ms``.
             ProducerTimeoutError: The topic's metadata did not arrive within ``max_block_ms``.
         """
+        if self._hooks is not None and type(headers) is not Intercepted:
+            return await self._hooks.send(self, topic, value, key, partition, timestamp_ms, headers)
         if self._parts is None:  # not started, or closed; a sender that failed: append refuses
             self._running_parts()
         # Read from the attributes, not the tuple: compiled, they are typed, and calls on them
@@ -607,6 +626,10 @@ class Producer:
             loop's own thread (in a record future's callback, say): waiting there would stop the
             loop that has to free the memory or fetch the metadata.
         """
+        if self._hooks is not None and type(headers) is not Intercepted:
+            return self._hooks.send_from_thread(
+                self, topic, value, key, partition, timestamp_ms, headers
+            )
         if self._parts is None:
             self._running_parts()
         if self._transactions is not None:
@@ -827,7 +850,13 @@ class Producer:
             is buffered, so a bad one refuses the whole call. A wait for memory that times out,
             or a cancellation, can stop the call midway: the records already buffered stay
             buffered and will be delivered, and a note on the exception says how many.
+            With interceptors or tracing set, each record goes through :meth:`send` in turn
+            (its own ``on_send`` and span), and is checked as it goes.
         """
+        if self._hooks is not None:
+            return await self._hooks.send_many(
+                self, topic, values, keys, partition, timestamp_ms, headers, record_headers
+            )
         # Copied: the lengths are read again when the acknowledgements come.
         value_list = list(values)
         count = len(value_list)
@@ -928,6 +957,32 @@ class Producer:
         outcome.seal(count)
         return future_all
 
+    async def send_records(
+        self, records: Iterable[RecordLike]
+    ) -> asyncio.Future[Sequence[RecordMetadata]]:
+        """Buffer records for any topics; return one future of all their metadata.
+
+        :meth:`send_many` for records that differ in topic, partition or timestamp: each record
+        is a tuple ``(topic, value, key, partition, timestamp_ms, headers)`` (fields after
+        ``value`` may be left out) or an object with those attributes, such as
+        :class:`aioaccum.interceptors.ProducerRecord`. Consecutive records with the same topic,
+        partition and timestamp go through :meth:`send_many` together, so records grouped by
+        topic cost what ``send_many`` costs; records of one partition keep their input order.
+
+        Returns:
+            A future of the records' :class:`RecordMetadata` in input order, set once every
+            record is acknowledged; if any fails, it fails with the error of the first failed
+            record's group, once all have ended. Cancelling it does not stop delivery.
+
+        Raises:
+            The errors of :meth:`send_many`. Each record's shape, topic, partition, timestamp
+            and headers are checked before any is buffered; keys and values are serialized
+            group by group, and a wait for memory that times out (or a cancellation) can stop
+            the call midway: the records buffered stay buffered, and notes on the exception
+            say which.
+        """
+        return await send_records(self, records)
+
     async def send_and_wait(
         self,
         topic: str,
@@ -984,10 +1039,50 @@ class Producer:
         return sum(b.record_count for b in acc.incomplete_batches() if not b.is_done)
 
     def metrics(self) -> dict[str, float]:
-        """Java-named producer metrics (``record-send-rate``, ``bufferpool-wait-ratio``, ...)."""
-        if self._pool is None or self._sender is None:
+        """Java-named producer-level metrics (``record-send-rate``, ``bufferpool-wait-ratio``,
+        ...); per-topic ones are in :meth:`metric_values`. Empty before :meth:`start`. Safe
+        from any thread; see docs/observability.md."""
+        pool, sender = self._pool, self._sender
+        if pool is None or sender is None:
             return {}
-        return self._metrics.snapshot(self._pool, self._sender.in_flight_requests)
+        loop = self._loop_elsewhere()
+        if loop is not None:
+
+            async def read() -> dict[str, float]:
+                return self.metrics()
+
+            found = _read_on(loop, read())
+            if found is not _LOOP_STOPPED:
+                # A loop too busy to answer gives nothing rather than a read racing its writes.
+                return {} if found is _LOOP_BUSY else cast("dict[str, float]", found)
+        return self._metrics.snapshot(pool, sender.in_flight_requests)
+
+    def metric_values(self) -> list[MetricValue]:
+        """Every metric, producer-level and per topic, with its Java name, group, tags
+        (``client-id``, ``topic``), kind (``counter`` or ``gauge``) and description: what
+        exporters read (:class:`aioaccum.prometheus.ProducerCollector`). Empty before
+        :meth:`start`. Safe from any thread; see docs/observability.md."""
+        pool, sender = self._pool, self._sender
+        if pool is None or sender is None:
+            return []
+        loop = self._loop_elsewhere()
+        if loop is not None:
+
+            async def read() -> list[MetricValue]:
+                return self.metric_values()
+
+            found = _read_on(loop, read())
+            if found is not _LOOP_STOPPED:
+                return [] if found is _LOOP_BUSY else cast("list[MetricValue]", found)
+        return self._metrics.values(pool, sender.in_flight_requests)
+
+    def _loop_elsewhere(self) -> asyncio.AbstractEventLoop | None:
+        """The producer's loop while it runs, when called from another thread (a Prometheus
+        scrape thread): the sender records metrics on that loop, so they are read there."""
+        loop = self._loop
+        if loop is None or threading.get_ident() == self._loop_thread or not loop.is_running():
+            return None
+        return loop
 
     @property
     def pool(self) -> BufferPool | None:
@@ -995,3 +1090,23 @@ class Producer:
 
     def __repr__(self) -> str:
         return f"<Producer {self._state.value} bootstrap={self._config.bootstrap_servers!r}>"
+
+
+_LOOP_STOPPED = object()
+_LOOP_BUSY = object()
+
+
+def _read_on(loop: asyncio.AbstractEventLoop, read: Coroutine[Any, Any, _T]) -> _T | object:
+    """Run ``read`` on ``loop`` from another thread. ``_LOOP_STOPPED`` when the loop closed
+    (the caller may read where it is: nothing writes any more); ``_LOOP_BUSY`` when it did not
+    answer within ``LOOP_GRACE_S``."""
+    try:
+        future = asyncio.run_coroutine_threadsafe(read, loop)
+    except RuntimeError:  # the loop closed
+        read.close()
+        return _LOOP_STOPPED
+    try:
+        return future.result(LOOP_GRACE_S)
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        return _LOOP_STOPPED if not loop.is_running() else _LOOP_BUSY

@@ -307,6 +307,8 @@ class Sender:
     async def _send_request(self, request: Produce) -> None:
         node, batches = request
         core = self.core
+        # request-latency counts from here, as Java's from the request's creation after drain.
+        sent = self._now()
         try:
             try:
                 before = self.before_produce
@@ -322,7 +324,7 @@ class Sender:
                 self._say_request_failed(node, exc, batches)
                 actions = core.on_produce_error(node, batches, exc, self._now())
             else:
-                actions = core.on_produce_response(node, batches, answers, self._now())
+                actions = core.on_produce_response(node, batches, answers, self._now(), sent)
             for action in actions:
                 self._carry_out(action)
         except asyncio.CancelledError:

@@ -9,6 +9,7 @@ cdef class SyncProducer:
     cdef public object _state
     cdef public object _close_timeout
     cdef public dict _final_metrics
+    cdef public list _final_metric_values
     cdef public object _loop_factory
     cdef public object _loop
     cdef public object _loop_thread_id

@@ -25,21 +25,24 @@ import concurrent.futures
 import enum
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from aioaccum._core.futures import RecordMetadata, ThreadRecordFuture
 from aioaccum._core.lifecycle import move
 from aioaccum._kafka import KafkaAdapter
 from aioaccum._loops import LOOP_GRACE_S, default_loop_factory
+from aioaccum._send_records import RecordLike
 from aioaccum.config import ProducerConfig
 from aioaccum.errors import ConfigError, ProducerClosedError, ProducerTimeoutError
+from aioaccum.metrics import MetricValue
 from aioaccum.producer import Producer
 
 __all__ = ["SyncProducer"]
 
 Headers = Sequence[tuple[str, bytes | None]]
+_T = TypeVar("_T")
 
 
 class _State(enum.Enum):
@@ -103,6 +106,7 @@ class SyncProducer:
         self._state = _State.STARTING
         self._close_timeout: float | None = None
         self._final_metrics: dict[str, float] = {}
+        self._final_metric_values: list[MetricValue] = []
         self._loop_factory = loop_factory or default_loop_factory()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread_id: int | None = None
@@ -145,6 +149,7 @@ class SyncProducer:
             await self._producer.close(self._close_timeout)
         finally:
             self._final_metrics = self._producer.metrics()
+            self._final_metric_values = self._producer.metric_values()
             self._move(_State.CLOSED)
 
     def _move(self, state: _State) -> None:
@@ -210,6 +215,93 @@ class SyncProducer:
         """
         return self.send(topic, value, key, partition, timestamp_ms, headers).result(timeout)
 
+    def send_many(
+        self,
+        topic: str,
+        values: Iterable[Any],
+        *,
+        keys: Iterable[Any] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+        record_headers: Iterable[Headers | None] | None = None,
+    ) -> concurrent.futures.Future[Sequence[RecordMetadata]]:
+        """Buffer many records for one topic; return one future of all their metadata.
+
+        :meth:`aioaccum.Producer.send_many` from a thread, with the same arguments: ``headers``
+        go on every record, ``record_headers`` (one entry per value, ``None`` or pairs) on
+        each, after ``headers``. The records are handed to the producer's loop thread in one
+        piece, which serializes and appends them; this call blocks until all are buffered.
+
+        Returns:
+            A ``concurrent.futures.Future`` of the records' :class:`RecordMetadata` in input
+            order; it fails with the first error once every record has ended.
+
+        Raises:
+            The errors of :meth:`aioaccum.Producer.send_many`, and ``RuntimeError`` on the
+            producer's own loop thread.
+        """
+        value_list = list(values)  # iterated here, not on the loop thread
+        key_list = None if keys is None else list(keys)
+        each = None if record_headers is None else list(record_headers)
+        return self._buffer_on_loop(
+            "send_many",
+            lambda: self._producer.send_many(
+                topic, value_list, keys=key_list, partition=partition,
+                timestamp_ms=timestamp_ms, headers=headers, record_headers=each,
+            ),
+        )
+
+    def send_records(
+        self, records: Iterable[RecordLike]
+    ) -> concurrent.futures.Future[Sequence[RecordMetadata]]:
+        """Buffer records for any topics; return one future of all their metadata.
+
+        :meth:`aioaccum.Producer.send_records` from a thread: each record is a tuple
+        ``(topic, value, key, partition, timestamp_ms, headers)`` or an object with those
+        attributes. Blocks until every record is buffered.
+
+        Raises:
+            The errors of :meth:`aioaccum.Producer.send_records`, and ``RuntimeError`` on the
+            producer's own loop thread.
+        """
+        record_list = list(records)
+        return self._buffer_on_loop(
+            "send_records", lambda: self._producer.send_records(record_list)
+        )
+
+    def _buffer_on_loop(
+        self, what: str, buffer: Callable[[], Awaitable[asyncio.Future[_T]]]
+    ) -> concurrent.futures.Future[_T]:
+        """Run a bulk send on the loop thread, block until it buffered, and hand back a future
+        of its outcome that any thread can wait on."""
+        self._check_thread(what)
+        loop = self._loop
+        if self._state is not _RUNNING or loop is None:
+            raise ProducerClosedError(f"cannot {what}: the SyncProducer is closed")
+        outcome: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        async def run() -> None:
+            future = await buffer()
+            future.add_done_callback(lambda done: _copy_outcome(done, outcome))
+
+        try:
+            buffered = asyncio.run_coroutine_threadsafe(run(), loop)
+        except RuntimeError:  # the loop closed since the check above
+            raise ProducerClosedError(f"cannot {what}: the SyncProducer is closed") from None
+        # Buffering waits at most max_block_ms (metadata, memory); past that and a grace, the
+        # loop is gone (a close raced this call) and nothing will answer.
+        bound = self._config.max_block_ms / 1000 + LOOP_GRACE_S
+        try:
+            buffered.result(bound)
+        except concurrent.futures.TimeoutError:
+            buffered.cancel()
+            raise ProducerTimeoutError(
+                f"{what} was not buffered within max_block_ms + {LOOP_GRACE_S:.0f} s "
+                f"({bound:.0f} s): the producer's loop did not answer; was it closed meanwhile?"
+            ) from None
+        return outcome
+
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record sent before this call has ended (acknowledged or failed).
 
@@ -265,6 +357,19 @@ class SyncProducer:
 
         return asyncio.run_coroutine_threadsafe(read(), loop).result(LOOP_GRACE_S)
 
+    def metric_values(self) -> list[MetricValue]:
+        """As ``Producer.metric_values()`` (for exporters); the last ones once closed."""
+        self._check_thread("metric_values")
+        loop = self._loop
+        if loop is None or self._state is not _State.RUNNING:
+            self._thread.join()
+            return list(self._final_metric_values)
+
+        async def read() -> list[MetricValue]:
+            return self._producer.metric_values()
+
+        return asyncio.run_coroutine_threadsafe(read(), loop).result(LOOP_GRACE_S)
+
     @property
     def config(self) -> ProducerConfig:
         return self._config
@@ -289,3 +394,15 @@ class SyncProducer:
         return (
             f"<SyncProducer {self._state.value} bootstrap={self._config.bootstrap_servers!r}>"
         )
+
+
+def _copy_outcome(done: asyncio.Future[_T], outcome: concurrent.futures.Future[_T]) -> None:
+    """Put a loop future's outcome in a thread's future (left alone if that was cancelled)."""
+    try:
+        error = done.exception()  # a bulk send's future is never cancelled
+        if error is not None:
+            outcome.set_exception(error)
+        else:
+            outcome.set_result(done.result())
+    except concurrent.futures.InvalidStateError:
+        pass  # the caller cancelled its future: delivery goes on, unreported

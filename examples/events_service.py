@@ -1,6 +1,6 @@
 """An HTTP front door to a Kafka topic: POST a body, it becomes a record.
 
-Run it with uvicorn (``pip install aioaccum[web]``)::
+Run it with uvicorn (``pip install aioaccum[web,prometheus]``)::
 
     AIOACCUM_BOOTSTRAP=127.0.0.1:19092 EVENTS_TOPIC=events \\
         uvicorn --factory examples.events_service:create_app --host 127.0.0.1 --port 8000
@@ -13,8 +13,10 @@ with ``{"topic", "partition", "offset"}`` once the broker acknowledged it. ``?ke
 record key. When the producer's buffer stays full for ``max.block.ms`` the answer is ``503``
 with ``Retry-After``; a metadata or delivery timeout is ``504``; a body larger than
 ``max.request.size`` is ``413``. Errors are JSON: ``{"error": <type>, "message": <text>}``.
-``GET /metrics`` shows the producer's metrics. On SIGTERM the server stops taking requests,
-finishes the open ones and flushes every accepted record before it exits.
+``GET /metrics`` shows the producer's metrics in Prometheus' text format
+(``kafka_producer_record_send_total{client_id="..."}`` and the rest, see docs/observability.md),
+and ``GET /metrics.json`` the same by Java name as JSON. On SIGTERM the server stops taking
+requests, finishes the open ones and flushes every accepted record before it exits.
 
 Environment:
     AIOACCUM_BOOTSTRAP      bootstrap servers (default 127.0.0.1:9092)
@@ -27,17 +29,20 @@ Environment:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from aioaccum import AioAccumError, RecordMetadata, RecordTooLargeError
 from aioaccum.integrations.asgi import get_producer, producer_lifespan
+from aioaccum.prometheus import ProducerCollector
 
 from ._common import TRUE_WORDS, ServiceSettings, error_answer
 
@@ -60,6 +65,19 @@ def create_app(environ: Mapping[str, str] | None = None) -> Starlette:
     """The service, configured from ``environ`` (default: the process environment)."""
     settings = ServiceSettings.from_environ(os.environ if environ is None else environ)
     topic, config = settings.topic, settings.config
+    # The app's own registry: one app, one producer, one set of series.
+    registry = CollectorRegistry()
+
+    @contextlib.asynccontextmanager
+    async def exporting(app: Starlette) -> AsyncIterator[None]:
+        # Runs inside the producer's lifespan: the producer is started here, and still open
+        # until after this ends.
+        collector = ProducerCollector(app.state.producer)
+        registry.register(collector)
+        try:
+            yield
+        finally:
+            registry.unregister(collector)
 
     async def post_event(request: Request) -> JSONResponse:
         producer = get_producer(request)
@@ -90,13 +108,19 @@ def create_app(environ: Mapping[str, str] | None = None) -> Starlette:
             {"topic": metadata.topic, "partition": metadata.partition, "offset": metadata.offset}
         )
 
-    async def metrics(request: Request) -> JSONResponse:
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def metrics_json(request: Request) -> JSONResponse:
         return JSONResponse(get_producer(request).metrics())
 
     return Starlette(
         routes=[
             Route("/events", post_event, methods=["POST"]),
             Route("/metrics", metrics, methods=["GET"]),
+            Route("/metrics.json", metrics_json, methods=["GET"]),
         ],
-        lifespan=producer_lifespan(config=config, close_timeout=settings.close_timeout),
+        lifespan=producer_lifespan(
+            config=config, close_timeout=settings.close_timeout, lifespan=exporting
+        ),
     )

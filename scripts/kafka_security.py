@@ -1,7 +1,8 @@
-"""The test cluster's SASL_SSL listener: certificates, users and listener settings (stdlib only).
+"""The test cluster's SASL listeners: certificates, users and listener settings (stdlib only).
 
 scripts/kafka imports it. Each node gets a SASL_SSL listener that accepts SCRAM-SHA-512 and
-PLAIN over TLS; brokers still talk to each other over PLAINTEXT. At `up` a throwaway CA and one
+PLAIN over TLS, and an OAUTHBEARER listener (SASL_PLAINTEXT) whose tokens Kafka's unsecured
+validator checks; brokers still talk to each other over PLAINTEXT. At `up` a throwaway CA and one
 broker certificate (SAN: IP 127.0.0.1 and DNS localhost, shared by every node since they all
 listen on loopback) are made with the `openssl` command line into <state>/tls. The broker reads
 them as PEM, so no keystore tool (and no second JVM start) is needed. Every node also runs
@@ -26,6 +27,20 @@ CERT_DAYS = 365
 CA_SUBJECT = "/CN=aioaccum test CA"
 BROKER_SUBJECT = "/CN=localhost"
 BROKER_SAN = "IP:127.0.0.1,DNS:localhost"
+
+
+# SASL_PLAINTEXT with OAUTHBEARER. No sasl.server.callback.handler.class is set, so Kafka's
+# default validator (OAuthBearerUnsecuredValidatorCallbackHandler) takes unsigned JWTs:
+# {"alg":"none"}, claims sub (the principal), iat and exp (aioaccum.oauth.unsecured_token).
+OAUTH_LISTENER = "OAUTHBEARER"
+# KIP-368: a session lasts at most this long (less if the token expires sooner), after which the
+# broker closes a connection on its next request unless the client re-authenticated it. Small,
+# so that a test sees several re-authentications; on this listener only.
+OAUTH_REAUTH_MS = 10_000
+OAUTH_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+# The broker's own token (a login module is required per mechanism), never used: brokers talk
+# to each other over PLAINTEXT.
+OAUTH_BROKER_SUB = "aioaccum-broker"
 
 
 class SecurityError(Exception):
@@ -124,6 +139,18 @@ def listener_settings(tls_dir: Path) -> dict[str, str]:
     }
 
 
+def oauth_listener_settings() -> dict[str, str]:
+    """server.properties entries of the OAUTHBEARER listener, all scoped to that listener."""
+    prefix = f"listener.name.{OAUTH_LISTENER.lower()}."
+    return {
+        f"{prefix}sasl.enabled.mechanisms": "OAUTHBEARER",
+        f"{prefix}oauthbearer.sasl.jaas.config": _jaas(
+            OAUTH_LOGIN_MODULE, {"unsecuredLoginStringClaim_sub": OAUTH_BROKER_SUB}
+        ),
+        f"{prefix}oauthbearer.connections.max.reauth.ms": str(OAUTH_REAUTH_MS),
+    }
+
+
 def authorizer_settings() -> dict[str, str]:
     """server.properties entries that turn ACLs on while taking nothing away.
 
@@ -159,4 +186,17 @@ def describe(tls_dir: Path, addresses: list[str]) -> dict[str, object]:
             "SCRAM-SHA-512": {"username": SCRAM_USER[0], "password": SCRAM_USER[1]},
             "PLAIN": {"username": PLAIN_USER[0], "password": PLAIN_USER[1]},
         },
+    }
+
+
+def describe_oauth(addresses: list[str]) -> dict[str, object]:
+    """The OAUTHBEARER listener: the "oauthbearer" part of the `scripts/kafka security` JSON."""
+    return {
+        "listener": OAUTH_LISTENER,
+        "security_protocol": "SASL_PLAINTEXT",
+        "mechanism": "OAUTHBEARER",
+        "bootstrap": ",".join(addresses),
+        "nodes": {str(node): address for node, address in enumerate(addresses, start=1)},
+        "connections_max_reauth_ms": OAUTH_REAUTH_MS,
+        "tokens": 'unsigned JWTs: {"alg":"none"}, claims sub, iat, exp (unsecured validator)',
     }

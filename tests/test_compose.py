@@ -32,8 +32,11 @@ NETWORK_KEYS = frozenset(
         "log.dirs",
     }
 )
-# Settings of one listener (listener.name.<name>.*): the compose cluster has no SASL_SSL listener.
+# Settings of one listener (listener.name.<name>.*): the compose cluster has no SASL_SSL listener,
+# so these are compared for the listeners it has (COMPOSE_LISTENERS) only.
 LISTENER_SCOPED_PREFIX = "listener.name."
+# Listeners both clusters offer to clients on the host, with the script's constant of its ports.
+COMPOSE_LISTENERS = {"PLAINTEXT": "CLIENT_PORTS", "OAUTHBEARER": "OAUTHBEARER_PORTS"}
 
 
 def script_constant(name: str) -> Any:
@@ -112,13 +115,31 @@ def test_image_is_the_pinned_kafka_version(services: dict[str, Any], node: int) 
 
 
 @pytest.mark.parametrize("node", NODES)
-def test_client_port_is_published_on_loopback(services: dict[str, Any], node: int) -> None:
-    port = script_constant("CLIENT_PORTS")[node - 1]
+def test_client_ports_are_published_on_loopback(services: dict[str, Any], node: int) -> None:
     host = script_constant("HOST")
     service = node_service(services, node)
-    assert service["ports"] == [f"{host}:{port}:{port}"]
     advertised = service["environment"]["KAFKA_ADVERTISED_LISTENERS"].split(",")
-    assert f"PLAINTEXT://{host}:{port}" in advertised
+    published = []
+    for listener, ports in COMPOSE_LISTENERS.items():
+        port = script_constant(ports)[node - 1]
+        published.append(f"{host}:{port}:{port}")
+        assert f"{listener}://{host}:{port}" in advertised
+    assert service["ports"] == published
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_shared_listeners_match_the_script(services: dict[str, Any], node: int) -> None:
+    env = {k: str(v) for k, v in node_service(services, node)["environment"].items()}
+    from_compose = {env_to_property(k): v for k, v in env.items() if k.startswith("KAFKA_")}
+    from_script = script_properties(node)
+    protocols = [dict(p.split(":") for p in props["listener.security.protocol.map"].split(","))
+                 for props in (from_compose, from_script)]
+    for listener in COMPOSE_LISTENERS:
+        prefix = f"{LISTENER_SCOPED_PREFIX}{listener.lower()}."
+        scoped = [{k: v for k, v in props.items() if k.startswith(prefix)}
+                  for props in (from_compose, from_script)]
+        assert scoped[0] == scoped[1], listener
+        assert protocols[0][listener] == protocols[1][listener]
 
 
 @pytest.mark.parametrize("node", NODES)

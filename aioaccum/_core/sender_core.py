@@ -295,7 +295,7 @@ class SenderCore:
                 # Its sequence range is never written: the abort must move the epoch on, or
                 # the partition's next batch would wait for it.
                 txn.request_reset()
-            self._metrics.record_errors(batch.record_count)
+            self._metrics.record_errors(batch.tp.topic, batch.record_count)
             self.batches_ended += 1
 
     def _start_request(self, node: int, batches: list[ProducerBatch], now: float) -> None:
@@ -338,7 +338,7 @@ class SenderCore:
                 batch.possibly_written = True
                 error = self._delivery_timeout_error(batch, now)
                 if batch.fail(error):
-                    self._metrics.record_errors(batch.record_count)
+                    self._metrics.record_errors(batch.tp.topic, batch.record_count)
                     self.batches_ended += 1
                 if self._txn is not None:
                     # The outcome of its sequence range is unknown: a reset follows.
@@ -414,8 +414,17 @@ class SenderCore:
         batches: list[ProducerBatch],
         answers: Mapping[TopicPartition, PartitionAnswer],
         now: float,
+        sent: float | None = None,
     ) -> list[Action]:
-        """The broker answered a request; returns metadata refreshes the answers call for."""
+        """The broker answered a request; returns metadata refreshes the answers call for.
+
+        ``sent`` is when the request started (for ``request-latency``); the broker's throttle
+        time comes with the answers as ``throttle_time_ms``, when the adapter reports it.
+        """
+        if sent is not None:
+            self._metrics.record_response(
+                now - sent, getattr(answers, "throttle_time_ms", 0), now
+            )
         stale: set[str] = set()
         for batch in batches:
             answer = answers.get(batch.tp)
@@ -534,7 +543,7 @@ class SenderCore:
             return
         if rule_for(error).refresh_metadata:
             stale.add(batch.tp.topic)
-        self._metrics.record_retries(batch.record_count)
+        self._metrics.record_retries(batch.tp.topic, batch.record_count)
         self._acc.reenqueue(batch, now, self._backoff(batch.attempts + 1))
 
     def _fail_batch(self, batch: ProducerBatch, error: BaseException) -> None:
@@ -547,7 +556,7 @@ class SenderCore:
         if self._txn is not None:
             self._txn.on_batch_failed(batch, error)
         if batch.fail(error):
-            self._metrics.record_errors(batch.record_count)
+            self._metrics.record_errors(batch.tp.topic, batch.record_count)
             self.batches_ended += 1
         self._acc.deallocate(batch)
 

@@ -287,6 +287,28 @@ def aioaccum_hot_path() -> str:
     return _speedups.describe()
 
 
+class _NoOpInterceptor:
+    """Passes every record through and ignores every outcome."""
+
+    def on_send(self, record: Any) -> Any:
+        return record
+
+    def on_acknowledgement(self, metadata: Any, error: BaseException | None) -> None:
+        return None
+
+
+def feature_settings(contender: str) -> dict[str, Any]:
+    """Extra Producer settings of the contenders that price an optional feature: one no-op
+    interceptor, or a span per record (OpenTelemetry's SDK, spans dropped unexported)."""
+    if contender == "aioaccum-interceptor":
+        return {"interceptors": [_NoOpInterceptor()]}
+    if contender == "aioaccum-tracing":
+        from opentelemetry.sdk.trace import TracerProvider
+
+        return {"tracer_provider": TracerProvider()}
+    return {}
+
+
 def aioaccum_producer(spec: Spec, rec: Recorder) -> Producer:
     """An aioaccum Producer with the workload's settings, noting in ``rec`` which hot path runs
     (imported here: children load one client each)."""
@@ -302,6 +324,7 @@ def aioaccum_producer(spec: Spec, rec: Recorder) -> Producer:
         compression_type=spec.compression,
         enable_idempotence=spec.idempotence,
         client_id=spec.client_id,
+        **feature_settings(spec.contender),
     )
 
 
@@ -330,6 +353,8 @@ AIOACCUM_WAITS: dict[str, WaitFn] = {
     "aioaccum": await_each,
     "aioaccum-gather": gather_all,
     "aioaccum-wait-all": wait_all,
+    "aioaccum-interceptor": await_each,
+    "aioaccum-tracing": await_each,
 }
 
 

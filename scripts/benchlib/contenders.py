@@ -143,6 +143,22 @@ CONTENDERS: dict[str, Contender] = {
             no_topics="a bulk call sends to one topic, so it cannot send to topics in turn",
         ),
         Contender(
+            "aioaccum-interceptor",
+            "as `aioaccum`, with one interceptor whose on_send and on_acknowledgement do "
+            "nothing (the price of the hook); one-sender workloads only",
+            _module("aioaccum"),
+            concurrent=False,
+            memory_bound=False,
+        ),
+        Contender(
+            "aioaccum-tracing",
+            "as `aioaccum`, with `tracer_provider=` OpenTelemetry's SDK TracerProvider: a span "
+            "per record, dropped unexported (the price of tracing); one-sender workloads only",
+            _module("opentelemetry.sdk"),
+            concurrent=False,
+            memory_bound=False,
+        ),
+        Contender(
             "aiokafka",
             "`fut = await p.send(topic, value)` per record, then `asyncio.gather` over the "
             "futures; uvloop",

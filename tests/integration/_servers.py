@@ -50,6 +50,8 @@ class Service:
     """Whether a graceful exit may re-raise the signal instead of exiting with 0."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Environment for every run; a test's own variables override it."""
+    metrics_path: str = "/metrics"
+    """Where the producer's metrics are, as JSON by Java name."""
 
 
 @dataclass
@@ -94,7 +96,7 @@ class ServerProcess:
             assert line in log, log
 
     async def metrics(self, session: aiohttp.ClientSession) -> dict[str, float]:
-        async with session.get(f"{self.base_url}/metrics") as response:
+        async with session.get(f"{self.base_url}{self.service.metrics_path}") as response:
             assert response.status == 200
             found: dict[str, float] = await response.json()
             return found

@@ -22,6 +22,7 @@ import aiohttp
 import psutil
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from ._servers import REPO_ROOT, ServerProcess, Service, running
 
@@ -49,6 +50,7 @@ EVENTS_SERVICE = Service(
     command=events_command,
     # uvicorn binds its socket only after the lifespan's startup (the producer) completed.
     ready_path="/metrics",
+    metrics_path="/metrics.json",
     stop_timeout=SERVER_STOP_TIMEOUT_S,
     shutdown_log=lambda sig: ["Application shutdown complete."],
     # uvicorn shuts down gracefully, then re-raises the signal it caught.
@@ -158,6 +160,40 @@ async def test_events_land_in_kafka_with_the_offsets_the_service_reported(
     assert sorted(r.value for r in records if r.value.startswith(b"fire-")) == sorted(
         b"fire-%d" % i for i in range(60)
     )
+
+
+async def test_metrics_endpoint_counts_the_records_sent_for_prometheus(
+    tmp_path: Path, kafka_bootstrap: str, new_topic: str
+) -> None:
+    client_id = f"aioaccum-web-{uuid.uuid4().hex[:8]}"
+    props = {"linger.ms": "5", "client.id": client_id}
+    async with (
+        events_server(tmp_path, kafka_bootstrap, new_topic, props) as server,
+        aiohttp.ClientSession() as session,
+    ):
+        answers = await asyncio.gather(
+            *(post(session, f"{server.base_url}/events?wait=true", b"m-%d" % i) for i in range(25))
+        )
+        async with session.get(f"{server.base_url}/metrics") as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("text/plain")
+            text = await response.text()
+        await server.stop()
+    assert [status for status, *_ in answers] == [200] * 25
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    sent = families["kafka_producer_record_send"]
+    assert sent.type == "counter"
+    assert [(s.name, s.labels, s.value) for s in sent.samples] == [
+        ("kafka_producer_record_send_total", {"client_id": client_id}, 25.0)
+    ]
+    per_topic = families["kafka_producer_topic_record_send"]
+    assert [(s.labels, s.value) for s in per_topic.samples] == [
+        ({"client_id": client_id, "topic": new_topic}, 25.0)
+    ]
+    [errors] = families["kafka_producer_record_error"].samples
+    assert errors.value == 0
+    [latency] = families["kafka_producer_request_latency_avg"].samples
+    assert latency.value > 0
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -314,10 +314,10 @@ def test_unknown_setting_without_a_match_lists_the_valid_ones() -> None:
     ("properties", "reason"),
     [
         ({"transaction.two.phase.commit.enable": "true"}, "two-phase commit is not used"),
-        ({"interceptor.classes": "x"}, "interceptors are not supported"),
+        ({"interceptor.classes": "x"}, "pass interceptor objects as interceptors=[...]"),
         ({"ssl.keystore.location": "/x.jks"}, "ssl_context=ssl.create_default_context"),
         ({"sasl.kerberos.service.name": "kafka"}, "only sasl.mechanism PLAIN/SCRAM"),
-        ({"metrics.num.samples": "2"}, "Java metrics settings don't apply"),
+        ({"metrics.recording.level": "INFO"}, "only metrics.sample.window.ms and"),
         ({"reconnect.backoff.ms": "50"}, "connection set-up"),
     ],
 )
@@ -330,7 +330,8 @@ def test_unsupported_java_settings_say_so(properties: dict[str, Any], reason: st
 
 def test_unsupported_settings_are_recognised_by_pythonic_name_too() -> None:
     assert error_of(interceptor_classes="x").startswith(
-        "setting 'interceptor_classes' is not supported: interceptors"
+        "setting 'interceptor_classes' is not supported: Java class names can't be loaded; "
+        "pass interceptor objects as interceptors=[...]"
     )
 
 

@@ -1,0 +1,230 @@
+"""OpenTelemetry for the producer: a span per record sent, and its metrics as instruments.
+
+Needs the extra ``aioaccum[otel]`` (OpenTelemetry's API); nothing imports this module, nor
+OpenTelemetry, unless ``tracing`` or ``otel_metrics`` is set.
+
+Spans follow OpenTelemetry's semantic conventions for messaging, as they stand for Kafka
+producers: one ``send {topic}`` span of kind ``PRODUCER`` per record, started when ``send()`` is
+called (a child of the caller's current span) and ended when the record's outcome is known, with
+
+* ``messaging.system`` = ``kafka``, ``messaging.operation.type`` and ``messaging.operation.name``
+  = ``send``, ``messaging.destination.name`` = the topic, ``messaging.client.id`` = ``client_id``;
+* ``messaging.destination.partition.id`` (a string) once the partition is chosen, and
+  ``messaging.kafka.offset`` once the broker acknowledged the record (not with ``acks=0``);
+* ``messaging.kafka.message.key`` when the key has a text form (a ``str``, an ``int``, or bytes
+  that are UTF-8), and ``messaging.kafka.message.tombstone`` = true for a record without value;
+* on failure: status ``ERROR``, ``error.type`` (Kafka's error name for a broker error, else the
+  exception's class) and the exception as a span event. A success leaves the status unset, as
+  the specification asks of instrumentation libraries.
+
+With ``trace_context_headers=True`` the span's context is also written into the record's headers
+by the global propagator (W3C ``traceparent``, and ``tracestate``/``baggage`` when there are any),
+replacing headers of those names, so a consumer can continue the trace.
+
+Metrics: ``otel_metrics=True`` (or a ``meter_provider``) makes one observable instrument per Java
+metric, named as OpenTelemetry's Java Kafka metrics bridge names them: ``kafka.producer.`` + the
+Java name with ``_`` for ``-`` (``kafka.producer.record_send_total``), a counter for the
+cumulative ``*-total`` ones and a gauge for the rest, with the attribute ``client-id`` and, for
+the per-topic ones, ``topic``. As in that bridge, a metric Java keeps both per producer and per
+topic is reported per topic only, so that summing over attributes does not count twice. Values
+are read from :meth:`Producer.metric_values` when the reader collects, never on the send path.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import weakref
+from collections.abc import Iterable, MutableSequence
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import propagate, trace
+from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+
+from aioaccum._core.futures import RecordMetadata
+from aioaccum._core.kafka_errors import Errors
+from aioaccum.errors import BrokerError
+from aioaccum.interceptors import ProducerRecord
+from aioaccum.metrics import PRODUCER_METRICS, TOPIC_GROUP, TOPIC_METRICS, MetricValue
+
+if TYPE_CHECKING:
+    from aioaccum.config import ProducerConfig
+    from aioaccum.producer import Producer
+
+__all__ = ["RecordTracer", "observe_metrics"]
+
+_SCOPE = "aioaccum"
+_SCHEMA_URL = "https://opentelemetry.io/schemas/1.44.0"
+
+
+def _version() -> str:
+    from aioaccum import __version__
+
+    return __version__
+
+
+# --- spans
+
+
+def _key_text(key: object) -> str | None:
+    """The key as the conventions want it: its text form, or nothing if it has none."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(key).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(key)
+    return None
+
+
+def _error_type(error: BaseException) -> str:
+    if isinstance(error, BrokerError) and error.errno in Errors._value2member_map_:
+        return Errors(error.errno).name
+    kind = type(error)
+    return kind.__qualname__ if kind.__module__ == "builtins" else (
+        f"{kind.__module__}.{kind.__qualname__}"
+    )
+
+
+class RecordTracer:
+    """Starts and ends one producer span per record (used by :class:`~aioaccum.interceptors.
+    SendHooks`)."""
+
+    __slots__ = ("_client_id", "_inject", "_tracer")
+
+    def __init__(
+        self, tracer_provider: TracerProvider | None, client_id: str, inject_headers: bool
+    ) -> None:
+        self._tracer = trace.get_tracer(
+            _SCOPE, _version(), tracer_provider=tracer_provider, schema_url=_SCHEMA_URL
+        )
+        self._client_id = client_id
+        self._inject = inject_headers
+
+    @classmethod
+    def from_config(cls, config: ProducerConfig) -> RecordTracer:
+        return cls(config.tracer_provider, config.client_id, config.trace_context_headers)
+
+    def start(self, record: ProducerRecord) -> Span:
+        """The record's span, started now."""
+        attributes: dict[str, str | bool | int] = {
+            "messaging.system": "kafka",
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+            "messaging.destination.name": record.topic,
+            "messaging.client.id": self._client_id,
+        }
+        if record.partition is not None:
+            attributes["messaging.destination.partition.id"] = str(record.partition)
+        key = None if record.key is None else _key_text(record.key)
+        if key is not None:
+            attributes["messaging.kafka.message.key"] = key
+        if record.value is None:
+            attributes["messaging.kafka.message.tombstone"] = True
+        return self._tracer.start_span(
+            f"send {record.topic}", kind=SpanKind.PRODUCER, attributes=attributes
+        )
+
+    def inject(self, span: Span, headers: MutableSequence[tuple[str, bytes | None]]) -> None:
+        """With ``trace_context_headers``, put ``span``'s context in ``headers`` (the list the
+        record will be sent with), replacing headers of the same names."""
+        if not self._inject:
+            return
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        if carrier:
+            names = {name.lower() for name in carrier}
+            headers[:] = [h for h in headers if h[0].lower() not in names]
+            headers.extend((name, text.encode()) for name, text in carrier.items())
+
+    def end(self, span: Span, metadata: RecordMetadata, error: BaseException | None) -> None:
+        """End the record's span with its outcome."""
+        if metadata.partition >= 0:
+            span.set_attribute("messaging.destination.partition.id", str(metadata.partition))
+        if error is None:
+            if metadata.offset >= 0:
+                span.set_attribute("messaging.kafka.offset", metadata.offset)
+        else:
+            span.set_attribute("error.type", _error_type(error))
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span.end()
+
+
+# --- metrics
+
+
+class _Instruments:
+    """The instruments of one meter provider, and the producers they report."""
+
+    def __init__(self, meter: Meter) -> None:
+        self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()
+        # One collection calls every instrument's callback in turn: they share one reading per
+        # producer, taken on its loop, rather than a hop to the loop each.
+        self._readings: dict[int, tuple[float, list[MetricValue]]] = {}
+        # A metric kept both per producer and per topic is reported per topic only.
+        names = {**PRODUCER_METRICS, **TOPIC_METRICS}
+        for name, description in names.items():
+            callback = functools.partial(self._observe, name, name in TOPIC_METRICS)
+            instrument = "kafka.producer." + name.replace("-", "_")
+            if name.endswith("-total"):
+                meter.create_observable_counter(instrument, [callback], description=description)
+            else:
+                meter.create_observable_gauge(instrument, [callback], description=description)
+
+    def add(self, producer: Producer) -> None:
+        self._producers.add(producer)
+
+    def _observe(self, name: str, per_topic: bool, options: CallbackOptions) -> Iterable[
+        Observation
+    ]:
+        from aioaccum.producer import ProducerState
+
+        observations = []
+        for producer in list(self._producers):
+            if producer.state is not ProducerState.RUNNING:
+                continue  # a closed producer's series end with it
+            for metric in self._reading(producer):
+                if metric.name == name and (metric.group == TOPIC_GROUP) == per_topic:
+                    observations.append(Observation(metric.value, dict(metric.tags)))
+        return observations
+
+
+    def _reading(self, producer: Producer) -> list[MetricValue]:
+        now = time.monotonic()
+        key = id(producer)
+        found = self._readings.get(key)
+        if found is not None and now - found[0] < _READING_FRESH_S:
+            return found[1]
+        values = list(producer.metric_values())
+        self._readings[key] = (now, values)
+        return values
+
+
+# Callbacks of one collection run within this of each other.
+_READING_FRESH_S = 0.5
+
+_REGISTRY: weakref.WeakKeyDictionary[Any, _Instruments] = weakref.WeakKeyDictionary()
+_REGISTRY_LOCK = threading.Lock()
+
+
+def observe_metrics(producer: Producer, meter_provider: MeterProvider | None = None) -> None:
+    """Report ``producer``'s metrics through OpenTelemetry's ``meter_provider`` (the global one
+    when ``None``) from now until it closes.
+
+    ``Producer(otel_metrics=True)`` or ``Producer(meter_provider=...)`` calls this at start.
+    Producers sharing a meter provider share its instruments, told apart by ``client-id``.
+    """
+    provider = meter_provider if meter_provider is not None else otel_metrics.get_meter_provider()
+    with _REGISTRY_LOCK:
+        instruments = _REGISTRY.get(provider)
+        if instruments is None:
+            meter = provider.get_meter(_SCOPE, _version(), schema_url=_SCHEMA_URL)
+            instruments = _REGISTRY[provider] = _Instruments(meter)
+        instruments.add(producer)
