@@ -129,7 +129,12 @@ async def test_linger_zero_sends_promptly(kafka_bootstrap: str, new_topic: str) 
 async def test_keyless_records_spread_over_partitions(
     kafka_bootstrap: str, new_topic: str
 ) -> None:
-    async with Producer(kafka_bootstrap, linger_ms=5) as producer:
+    # Uniform stickiness: adaptive partitioning (on by default) rightly gives fewer records to
+    # a partition whose leader is slower, and on a loaded machine that alone can push one
+    # below the bound (CI saw 1,914 of 30,000); test_adaptive_partitioning covers that part.
+    async with Producer(
+        kafka_bootstrap, linger_ms=5, partitioner_adaptive_partitioning_enable=False
+    ) as producer:
         futures = [await producer.send(new_topic, b"x" * 100) for _ in range(30_000)]
         results = await asyncio.gather(*futures)
     counts = Counter(m.partition for m in results)
