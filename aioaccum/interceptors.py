@@ -286,14 +286,7 @@ class SendHooks:
         except BaseException as exc:
             self._refused(record, span, exc)
             raise
-        done = functools.partial(self._done, record, span)
-        loop = producer._loop
-        if future.done() and loop is not None:
-            # Already acknowledged: the callback would run here, on the caller's thread, but
-            # interceptors hear of outcomes on the producer's loop.
-            loop.call_soon_threadsafe(done, future)
-        else:
-            future.add_done_callback(done)
+        future.add_done_callback(functools.partial(self._done, record, span))
         return future
 
     def send_from_thread(
@@ -318,7 +311,14 @@ class SendHooks:
         except BaseException as exc:
             self._refused(record, span, exc)
             raise
-        future.add_done_callback(functools.partial(self._done, record, span))
+        done = functools.partial(self._done, record, span)
+        loop = producer._loop
+        if future.done() and loop is not None:
+            # Already acknowledged: the callback would run here, on the caller's thread, but
+            # interceptors hear of outcomes on the producer's loop.
+            loop.call_soon_threadsafe(done, future)
+        else:
+            future.add_done_callback(done)
         return future
 
     async def send_many(
