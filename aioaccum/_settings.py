@@ -295,6 +295,7 @@ _LEVEL_LIMITS = ", ".join(f"{c} {lo} .. {hi}" for c, (lo, hi, _) in LEVELS.items
 _JAAS_ONLY = "Java passes it inside sasl.jaas.config"
 _INTERCEPTOR_CLASSES = "Java names classes in interceptor.classes; these are Python objects"
 _OTEL_OUTSIDE = "OpenTelemetry instruments Java's client from outside its settings"
+_METRICS_ALWAYS = "Java's producer always records its metrics"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("bootstrap_servers", "bootstrap.servers", _Servers(), "127.0.0.1:9092",
@@ -348,6 +349,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Time one sample of a windowed metric (a rate, average or max) covers"),
     Setting("metrics_num_samples", "metrics.num.samples", _Int(1, INT_MAX), 2,
             "Samples a windowed metric is measured over"),
+    Setting("metrics_enabled", NoJavaName(_METRICS_ALWAYS), _BOOL, True,
+            "False keeps only the lifetime totals and live gauges: no rates, averages, maxima "
+            "or per-topic metrics"),
     Setting("send_buffer_bytes", "send.buffer.bytes", _Int(1, INT_MAX, os_default=True),
             None, "Socket send buffer (SO_SNDBUF) of each broker connection"),
     Setting("receive_buffer_bytes", "receive.buffer.bytes", _Int(1, INT_MAX, os_default=True),

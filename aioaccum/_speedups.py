@@ -54,6 +54,7 @@ COMPILED_SOURCES = (
     "aioaccum._wait",
     "aioaccum._many",
     "aioaccum._validate",
+    "aioaccum.interceptors",
     "aioaccum.metrics",
     "aioaccum._core.sender_core",
     "aioaccum.sender",

@@ -148,6 +148,7 @@ class ProducerConfig:
     connections_max_idle_ms: int = _ROW_DEFAULT
     metrics_sample_window_ms: int = _ROW_DEFAULT
     metrics_num_samples: int = _ROW_DEFAULT
+    metrics_enabled: bool = _ROW_DEFAULT
     send_buffer_bytes: int | None = _ROW_DEFAULT
     receive_buffer_bytes: int | None = _ROW_DEFAULT
     partitioner: Partitioner | None = _ROW_DEFAULT

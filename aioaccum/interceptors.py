@@ -5,7 +5,7 @@ outcome on its way out::
 
     class Stamp(ProducerInterceptor):
         def on_send(self, record: ProducerRecord) -> ProducerRecord:
-            return dataclasses.replace(record, headers=[*(record.headers or ()), ("by", b"me")])
+            return record.replace(headers=[*(record.headers or ()), ("by", b"me")])
 
         def on_acknowledgement(self, metadata: RecordMetadata, error: BaseException | None) -> None:
             counts[error is None] += 1
@@ -38,16 +38,15 @@ how the producer knows the record went through the hooks already.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import dataclasses
 import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from aioaccum._core.futures import (
     FutureRecordMetadata,
+    ProduceRequestResult,
     RecordFuture,
     RecordMetadata,
     ThreadRecordFuture,
@@ -67,20 +66,28 @@ log = logging.getLogger(__name__)
 Headers = Sequence[tuple[str, bytes | None]]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ProducerRecord:
+class ProducerRecord(NamedTuple):
     """One record as ``send()`` was given it, before serialization (Java's ``ProducerRecord``).
 
-    Frozen: an interceptor returns a changed copy (``dataclasses.replace(record, value=...)``).
+    Immutable: an interceptor returns a changed copy (``record.replace(value=...)``).
     ``partition`` and ``timestamp_ms`` are ``None`` when the producer chooses them.
     """
 
+    # A named tuple rather than a frozen dataclass: one is made per record sent through the
+    # hooks, and a frozen dataclass takes several times longer to build.
     topic: str
     value: Any = None
     key: Any = None
     partition: int | None = None
     timestamp_ms: int | None = None
     headers: Headers | None = None
+
+    def replace(self, **changes: Any) -> ProducerRecord:
+        """A copy with ``changes`` (field name -> new value)."""
+        return self._replace(**changes)
+
+
+_new_record = tuple.__new__
 
 
 class ProducerInterceptor(Protocol):
@@ -131,7 +138,7 @@ def _bound(interceptors: Sequence[object], method: str) -> list[tuple[object, Ca
 class SendHooks:
     """Runs the interceptors and the tracer around each send of one producer."""
 
-    __slots__ = ("_acks", "_closers", "_sends", "_tracer", "_warned")
+    __slots__ = ("_acks", "_batches", "_closers", "_sends", "_tracer", "_warned")
 
     def __init__(self, interceptors: Sequence[object], tracer: RecordTracer | None) -> None:
         # Any of the three methods may be missing from an object that is not a subclass.
@@ -140,6 +147,10 @@ class SendHooks:
         self._closers = _bound(interceptors, "close")
         self._tracer = tracer
         self._warned: set[tuple[int, str]] = set()
+        # The records sent through the hooks, by the batch they wait in: one listener per batch
+        # rather than a callback per record future.
+        self._batches: dict[ProduceRequestResult, list[tuple[RecordFuture, ProducerRecord, Any]]]
+        self._batches = {}
 
     @classmethod
     def for_config(cls, config: ProducerConfig) -> SendHooks | None:
@@ -210,13 +221,15 @@ class SendHooks:
 
     def _begin(self, record: ProducerRecord) -> tuple[ProducerRecord, Any]:
         """The interceptors' record, and its span if tracing."""
-        record = self.on_send(record)
+        if self._sends:
+            record = self.on_send(record)
         tracer = self._tracer
         return record, None if tracer is None else tracer.start(record)
 
     def _headers(self, record: ProducerRecord, span: Any) -> Intercepted:
         """The record's headers, checked, with the trace context if asked for."""
-        headers = Intercepted(validate_headers(record.headers))
+        given = record.headers
+        headers = Intercepted() if given is None else Intercepted(validate_headers(given))
         if span is not None:
             assert self._tracer is not None
             self._tracer.inject(span, headers)
@@ -236,31 +249,46 @@ class SendHooks:
         self,
         record: ProducerRecord,
         span: Any,
-        future: FutureRecordMetadata | ThreadRecordFuture,
+        future: ThreadRecordFuture,
     ) -> None:
-        """The record future's done-callback: the record's outcome, once."""
-        if isinstance(future, FutureRecordMetadata) and future.cancelled():
-            # Cancelling a record future only stops it from reporting: the record is still on
-            # its way. Follow its batch (a split moves this callback along with the record).
-            result = future._result
-            if not result.done:
-                result.add_callback(
-                    future, functools.partial(self._done, record, span), contextvars.Context()
-                )
-                return
-            # Read through a fresh view of the same record, which nobody cancelled.
-            future = ThreadRecordFuture(
-                result,
-                future._relative_offset,
-                future._timestamp,
-                future._key_size,
-                future._value_size,
-            )
+        """A thread's record future's done-callback: the record's outcome, once."""
         error = future.exception()
         if error is not None:
             self._end(span, _failed_metadata(record, future), error)
         else:
             self._end(span, future.result(), None)
+
+    def _follow(self, future: RecordFuture, record: ProducerRecord, span: Any) -> None:
+        """Report ``future``'s outcome when its batch ends (on the loop's thread only)."""
+        result = future._result
+        if result.done:
+            # Its listeners may have been told already: report now (we are on the loop).
+            self._outcome(future, record, span)
+            return
+        entries = self._batches.get(result)
+        if entries is None:
+            entries = self._batches[result] = []
+            result.add_listener(self._batch_ended)
+        entries.append((future, record, span))
+
+    def _batch_ended(self, result: ProduceRequestResult) -> None:
+        """A batch ended, or was split (then its records are followed to where they went)."""
+        entries = self._batches.pop(result, None)
+        if entries is None:
+            return
+        for future, record, span in entries:
+            # A record future cancelled meanwhile is still reported: cancelling one only stops
+            # it from reporting, and the record is still sent. One that a split moved is
+            # followed to its new batch.
+            self._follow(future, record, span)
+
+    def _outcome(self, future: RecordFuture, record: ProducerRecord, span: Any) -> None:
+        """The outcome of ``future``, whose batch ended."""
+        error = future._result.error
+        if error is not None:
+            self._end(span, _failed_metadata(record, future), error)
+        else:
+            self._end(span, future._metadata(), None)
 
     # --- the producer's entry points, when hooks are set
 
@@ -276,7 +304,7 @@ class SendHooks:
     ) -> FutureRecordMetadata:
         """``Producer.send`` with the hooks around it."""
         record, span = self._begin(
-            ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
+            _new_record(ProducerRecord, (topic, value, key, partition, timestamp_ms, headers))
         )
         try:
             future = await producer.send(
@@ -286,7 +314,7 @@ class SendHooks:
         except BaseException as exc:
             self._refused(record, span, exc)
             raise
-        future.add_done_callback(functools.partial(self._done, record, span))
+        self._follow(future, record, span)
         return future
 
     def send_from_thread(
@@ -301,7 +329,7 @@ class SendHooks:
     ) -> ThreadRecordFuture:
         """``Producer.send_from_thread`` with the hooks around it."""
         record, span = self._begin(
-            ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
+            _new_record(ProducerRecord, (topic, value, key, partition, timestamp_ms, headers))
         )
         try:
             future = producer.send_from_thread(

@@ -24,6 +24,7 @@ cdef class Sensor:
 
     @cython.locals(ring=list, sample=_Sample)
     cpdef record(self, double value, double now)
+    cpdef add(self, double value)
     @cython.locals(current=Py_ssize_t, ring=list, sample=_Sample)
     cdef _Sample _advance(self, double now)
     @cython.locals(expiry=cython.double, sample=_Sample)
@@ -50,6 +51,7 @@ cdef class ProducerMetrics:
     cdef public double _window
     cdef public long long _num
     cdef public object client_id
+    cdef public bint _windowed
     cdef public Sensor _sent
     cdef public Sensor _bytes
     cdef public Sensor _errors

@@ -120,6 +120,11 @@ class Sensor:
         self.total += value
         self.count += 1
 
+    def add(self, value: float) -> None:
+        """Count ``value`` in the lifetime total only (metrics_enabled=False)."""
+        self.total += value
+        self.count += 1
+
     def _advance(self, now: float) -> _Sample:
         current = self._current = (self._current + 1) % (self._num + 1)
         ring = self._ring
@@ -249,6 +254,13 @@ TOPIC_METRICS: Mapping[str, str] = {
 }
 
 
+# What metrics_enabled=False still reads: the lifetime totals, and the gauges read live.
+_UNWINDOWED = frozenset(
+    [name for name in PRODUCER_METRICS if name.endswith("-total")]
+    + ["requests-in-flight", "buffer-total-bytes", "buffer-available-bytes", "waiting-threads"]
+)
+
+
 def _kind(name: str) -> MetricKind:
     return "counter" if name.endswith("-total") else "gauge"
 
@@ -263,6 +275,9 @@ class ProducerMetrics:
         window: Seconds per sample (``metrics_sample_window_ms`` / 1000).
         samples: Samples per window (``metrics_num_samples``).
         client_id: The ``client-id`` tag.
+        windowed: ``False`` (``metrics_enabled=False``) keeps the lifetime totals only: no
+            samples, no per-topic sensors, and the readings list the totals and the gauges that
+            are read live.
     """
 
     def __init__(
@@ -272,8 +287,10 @@ class ProducerMetrics:
         window: float = 30.0,
         samples: int = 2,
         client_id: str = "aioaccum",
+        windowed: bool = True,
     ) -> None:
         self._clock = clock
+        self._windowed = windowed
         self._window = window
         self._num = samples
         self.client_id = client_id
@@ -336,6 +353,9 @@ class ProducerMetrics:
 
     def record_drained(self, batches: Iterable[ProducerBatch], now: float) -> None:
         """A produce request starts with ``batches``."""
+        if not self._windowed:
+            self._requests.add(1.0)
+            return
         self._requests.record(1.0, now)
         records = 0
         for batch in batches:
@@ -351,6 +371,10 @@ class ProducerMetrics:
         """The broker acknowledged ``batch``."""
         size = len(batch.records())
         count = batch.record_count
+        if not self._windowed:
+            self._sent.add(count)
+            self._bytes.add(size)
+            return
         topic = self._topic(batch.tp.topic)
         self._sent.record(count, now)
         topic.sent.record(count, now)
@@ -363,21 +387,32 @@ class ProducerMetrics:
 
     def record_errors(self, topic: str, count: int) -> None:
         """``count`` records of ``topic`` failed."""
+        if not self._windowed:
+            self._errors.add(count)
+            return
         now = self._clock()
         self._errors.record(count, now)
         self._topic(topic).errors.record(count, now)
 
     def record_retries(self, topic: str, count: int) -> None:
         """``count`` records of ``topic`` go back to the queue to be sent again."""
+        if not self._windowed:
+            self._retries.add(count)
+            return
         now = self._clock()
         self._retries.record(count, now)
         self._topic(topic).retries.record(count, now)
 
     def record_split(self) -> None:
+        if not self._windowed:
+            self._splits.add(1.0)
+            return
         self._splits.record(1.0, self._clock())
 
     def record_response(self, latency: float, throttle_time_ms: float, now: float) -> None:
         """A produce response came ``latency`` seconds after its request started."""
+        if not self._windowed:
+            return
         self._latency.record(latency * 1000.0, now)
         self._throttle.record(throttle_time_ms, now)
 
@@ -400,10 +435,10 @@ class ProducerMetrics:
     def snapshot(self, pool: BufferPool, requests_in_flight: int) -> dict[str, float]:
         """The producer-level metrics by Java name (``Producer.metrics()``)."""
         now = self._clock()
-        if self._pool is pool:
+        if self._pool is pool and self._windowed:
             self._fold_pool(now)
         stats = pool.statistics()
-        return {
+        values = {
             "record-send-total": self._sent.total,
             "record-send-rate": self._sent.rate(now),
             "byte-total": self._bytes.total,
@@ -435,9 +470,14 @@ class ProducerMetrics:
             "buffer-exhausted-rate": self._exhausted.rate(now),
             "waiting-threads": float(stats.waiters),
         }
+        if not self._windowed:
+            return {name: value for name, value in values.items() if name in _UNWINDOWED}
+        return values
 
     def topic_snapshot(self) -> dict[str, dict[str, float]]:
         """The per-topic metrics: topic -> Java name -> value."""
+        if not self._windowed:
+            return {}
         now = self._clock()
         return {topic: metrics.values(now) for topic, metrics in self._topics.items()}
 

@@ -46,7 +46,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 
 from aioaccum._core.futures import RecordMetadata
 from aioaccum._core.kafka_errors import Errors
-from aioaccum.errors import BrokerError
+from aioaccum.errors import BrokerError, ConfigError
 from aioaccum.interceptors import ProducerRecord
 from aioaccum.metrics import PRODUCER_METRICS, TOPIC_GROUP, TOPIC_METRICS, MetricValue
 
@@ -178,7 +178,24 @@ class _Instruments:
             else:
                 meter.create_observable_gauge(instrument, [callback], description=description)
 
+    def check(self, producer: Producer) -> None:
+        """Raise ``ConfigError`` if a running producer with ``producer``'s ``client_id``
+        reports here already: their series would be one."""
+        from aioaccum.producer import ProducerState
+
+        client_id = producer.config.client_id
+        for other in list(self._producers):
+            if other is not producer and other.state is ProducerState.RUNNING and (
+                other.config.client_id == client_id
+            ):
+                raise ConfigError(
+                    f"two running producers with client_id={client_id!r} report to one "
+                    "meter provider, so their series would collide; give each producer its "
+                    "own client_id"
+                )
+
     def add(self, producer: Producer) -> None:
+        self.check(producer)
         self._producers.add(producer)
 
     def _observe(self, name: str, per_topic: bool, options: CallbackOptions) -> Iterable[
@@ -221,10 +238,21 @@ def observe_metrics(producer: Producer, meter_provider: MeterProvider | None = N
     ``Producer(otel_metrics=True)`` or ``Producer(meter_provider=...)`` calls this at start.
     Producers sharing a meter provider share its instruments, told apart by ``client-id``.
     """
-    provider = meter_provider if meter_provider is not None else otel_metrics.get_meter_provider()
     with _REGISTRY_LOCK:
-        instruments = _REGISTRY.get(provider)
-        if instruments is None:
-            meter = provider.get_meter(_SCOPE, _version(), schema_url=_SCHEMA_URL)
-            instruments = _REGISTRY[provider] = _Instruments(meter)
-        instruments.add(producer)
+        _instruments(meter_provider).add(producer)
+
+
+def check_metrics_target(producer: Producer, meter_provider: MeterProvider | None) -> None:
+    """Raise ``ConfigError`` now if :func:`observe_metrics` would refuse ``producer``: a
+    running producer with the same ``client_id`` reports to that meter provider already."""
+    with _REGISTRY_LOCK:
+        _instruments(meter_provider).check(producer)
+
+
+def _instruments(meter_provider: MeterProvider | None) -> _Instruments:
+    provider = meter_provider if meter_provider is not None else otel_metrics.get_meter_provider()
+    instruments = _REGISTRY.get(provider)
+    if instruments is None:
+        meter = provider.get_meter(_SCOPE, _version(), schema_url=_SCHEMA_URL)
+        instruments = _REGISTRY[provider] = _Instruments(meter)
+    return instruments

@@ -122,6 +122,7 @@ class Producer:
         self._metrics = ProducerMetrics(
             window=config.metrics_sample_window_ms / 1000,
             samples=config.metrics_num_samples,
+            windowed=config.metrics_enabled,
             client_id=config.client_id,
         )
         self._partitioner = BuiltInPartitioner(
@@ -162,6 +163,10 @@ class Producer:
         if self._state is ProducerState.CLOSED:
             raise ProducerClosedError("this producer was closed; create a new one")
         cfg = self._config
+        if cfg.otel_metrics:
+            from aioaccum.otel import check_metrics_target  # only now: it is optional
+
+            check_metrics_target(self, cfg.meter_provider)  # before anything is started
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         kafka = self._kafka_override or AioKafkaAdapter(cfg)
@@ -222,7 +227,12 @@ class Producer:
         if cfg.otel_metrics:
             from aioaccum.otel import observe_metrics  # only now: opentelemetry is optional
 
-            observe_metrics(self, cfg.meter_provider)
+            try:
+                observe_metrics(self, cfg.meter_provider)
+            except ConfigError:
+                # Another producer of the same client_id started meanwhile.
+                await self.close()
+                raise
         if cfg.transactional_id is not None:
             await self._init_transactions(kafka, txn)
 

@@ -25,7 +25,7 @@ cdef class RecordFuture:
     cdef public int _value_size
     cdef public bint _cancelled
 
-    cdef object _metadata(self)
+    cpdef object _metadata(self)
 
 
 cdef class FutureRecordMetadata(RecordFuture):

@@ -299,7 +299,10 @@ class _NoOpInterceptor:
 
 def feature_settings(contender: str) -> dict[str, Any]:
     """Extra Producer settings of the contenders that price an optional feature: one no-op
-    interceptor, or a span per record (OpenTelemetry's SDK, spans dropped unexported)."""
+    interceptor, or a span per record (OpenTelemetry's SDK, spans dropped unexported); or the
+    price of metrics, by turning them off."""
+    if contender == "aioaccum-nometrics":
+        return {"metrics_enabled": False}
     if contender == "aioaccum-interceptor":
         return {"interceptors": [_NoOpInterceptor()]}
     if contender == "aioaccum-tracing":
@@ -353,6 +356,7 @@ AIOACCUM_WAITS: dict[str, WaitFn] = {
     "aioaccum": await_each,
     "aioaccum-gather": gather_all,
     "aioaccum-wait-all": wait_all,
+    "aioaccum-nometrics": await_each,
     "aioaccum-interceptor": await_each,
     "aioaccum-tracing": await_each,
 }

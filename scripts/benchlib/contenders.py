@@ -143,6 +143,14 @@ CONTENDERS: dict[str, Contender] = {
             no_topics="a bulk call sends to one topic, so it cannot send to topics in turn",
         ),
         Contender(
+            "aioaccum-nometrics",
+            "as `aioaccum`, with `metrics_enabled=False`: lifetime totals only, no windowed "
+            "or per-topic metrics (the price of metrics); one-sender workloads only",
+            _module("aioaccum"),
+            concurrent=False,
+            memory_bound=False,
+        ),
+        Contender(
             "aioaccum-interceptor",
             "as `aioaccum`, with one interceptor whose on_send and on_acknowledgement do "
             "nothing (the price of the hook); one-sender workloads only",

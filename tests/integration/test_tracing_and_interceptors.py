@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from typing import TYPE_CHECKING
 
@@ -59,7 +58,7 @@ class Upper(ProducerInterceptor):
 
     def on_send(self, record: ProducerRecord) -> ProducerRecord:
         headers = [*(record.headers or ()), ("intercepted", b"yes")]
-        return dataclasses.replace(record, value=record.value.upper(), headers=headers)
+        return record.replace(value=record.value.upper(), headers=headers)
 
     def on_acknowledgement(self, metadata: RecordMetadata, error: BaseException | None) -> None:
         self.acks.append((metadata, error))

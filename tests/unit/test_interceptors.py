@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import subprocess
 import sys
@@ -62,8 +61,7 @@ def make(*interceptors: object, **settings: Any) -> tuple[Producer, FakeKafka]:
 
 async def test_a_replaced_record_is_what_is_written() -> None:
     def rewrite(record: ProducerRecord) -> ProducerRecord:
-        return dataclasses.replace(
-            record,
+        return record.replace(
             topic="other",
             value=record.value.upper(),
             key=b"k2",
@@ -84,8 +82,8 @@ async def test_a_replaced_record_is_what_is_written() -> None:
 
 
 async def test_interceptors_run_in_order_each_on_what_the_one_before_returned() -> None:
-    first = Recorder("first", lambda r: dataclasses.replace(r, value=r.value + b"1"))
-    second = Recorder("second", lambda r: dataclasses.replace(r, value=r.value + b"2"))
+    first = Recorder("first", lambda r: r.replace(value=r.value + b"1"))
+    second = Recorder("second", lambda r: r.replace(value=r.value + b"2"))
     producer, fake = make(first, second)
     async with producer:
         await (await producer.send("t", b"v", partition=1))
@@ -116,7 +114,7 @@ async def test_a_raising_interceptor_never_fails_the_send(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     broken, not_a_record = Broken(), Broken(result="not a record")
-    after = Recorder("after", lambda r: dataclasses.replace(r, value=r.value + b"!"))
+    after = Recorder("after", lambda r: r.replace(value=r.value + b"!"))
     producer, fake = make(broken, not_a_record, after)
     with caplog.at_level(logging.DEBUG, logger="aioaccum.interceptors"):
         async with producer:
@@ -191,8 +189,37 @@ async def test_a_cancelled_record_future_still_reports_the_real_outcome() -> Non
     assert [r.value for r in fake.log[TP0]] == [b"v"]
 
 
+async def test_records_of_a_split_batch_are_acknowledged_once_from_their_new_batches() -> None:
+    # The hooks follow each batch, not each record future: a split moves the records to new
+    # batches, and each must still be heard of once, with the offset it was written at.
+    recorder = Recorder()
+    producer, fake = make(recorder, linger_ms=50, delivery_timeout_ms=60_000)
+    fake.max_batch_bytes = 3000
+    async with producer:
+        futures = [await producer.send("t", b"s%03d" % i * 25, partition=0) for i in range(40)]
+        kept = futures[::7]
+        for future in kept:
+            future.cancel()  # stops only the future's reporting, not the interceptor's
+        big = await producer.send("t", b"B" * 4000, partition=0)
+        with pytest.raises(BrokerError):
+            await asyncio.wait_for(big, 10)
+        await producer.flush()
+    assert len(recorder.acks) == 41
+    by_value = dict(zip([r.value for r in recorder.sent], recorder.acks, strict=True))
+    written = {record.value: offset for offset, record in enumerate(fake.log[TP0])}
+    for i in range(40):
+        value = b"s%03d" % i * 25
+        metadata, error = by_value[value]
+        assert error is None
+        assert (metadata.partition, metadata.offset) == (0, written[value])
+    metadata, error = by_value[b"B" * 4000]
+    assert isinstance(error, BrokerError)
+    assert error.errno == Errors.MESSAGE_TOO_LARGE
+    assert (metadata.partition, metadata.offset) == (0, -1)
+
+
 async def test_send_many_takes_each_record_through_the_interceptors() -> None:
-    recorder = Recorder(change=lambda r: dataclasses.replace(r, value=r.value * 2))
+    recorder = Recorder(change=lambda r: r.replace(value=r.value * 2))
     producer, fake = make(recorder)
     async with producer:
         results = await (
@@ -229,7 +256,7 @@ async def test_send_from_thread_runs_on_send_in_the_thread() -> None:
 
     def note_thread(record: ProducerRecord) -> ProducerRecord:
         threads.append(threading.get_ident())
-        return dataclasses.replace(record, value=b"from thread")
+        return record.replace(value=b"from thread")
 
     recorder = Recorder(change=note_thread)
     producer, fake = make(recorder)

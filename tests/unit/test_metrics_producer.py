@@ -101,6 +101,32 @@ async def test_retries_and_errors_land_on_their_topic() -> None:
     assert (flat["record-retry-total"], flat["record-error-total"]) == (1, 1)
 
 
+async def test_metrics_off_keeps_the_lifetime_totals_and_live_gauges_only() -> None:
+    producer, fake = make(metrics_enabled=False, linger_ms=0, retry_backoff_ms=10)
+    fake.script.append({TopicPartition("a", 0): Errors.NOT_LEADER_OR_FOLLOWER})
+    async with producer:
+        await (await producer.send("a", b"1", partition=0))
+        fake.script.append({TopicPartition("b", 0): Errors.INVALID_REQUIRED_ACKS})
+        with pytest.raises(BrokerError):
+            await (await producer.send("b", b"2", partition=0))
+        await asyncio.gather(*[await producer.send("a", b"x" * 10) for _ in range(5)])
+        flat = producer.metrics()
+        values = producer.metric_values()
+    assert per_topic(producer) == {}
+    assert {v.group for v in values} == {"producer-metrics"}
+    assert {v.name for v in values} == set(flat)
+    assert (flat["record-send-total"], flat["record-retry-total"]) == (6, 1)
+    assert flat["record-error-total"] == 1
+    assert flat["request-total"] == len(fake.requests)
+    assert flat["byte-total"] > 6 * 10
+    assert flat["buffer-available-bytes"] == flat["buffer-total-bytes"] > 0
+    windowed = {"record-send-rate", "request-latency-avg", "batch-size-avg", "byte-rate"}
+    assert not windowed & set(flat)
+    assert {name for name in flat if not name.endswith("-total")} == {
+        "requests-in-flight", "buffer-total-bytes", "buffer-available-bytes", "waiting-threads"
+    }
+
+
 async def test_rates_follow_the_window_settings_and_totals_stay() -> None:
     producer, _ = make(metrics_sample_window_ms=1000, metrics_num_samples=2)
     async with producer:

@@ -208,6 +208,20 @@ async def test_metrics_are_reported_as_opentelemetry_instruments() -> None:
     provider.shutdown()
 
 
+async def test_two_running_producers_of_one_client_id_cannot_share_a_meter_provider() -> None:
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    first, _ = make(meter_provider=provider)
+    twin, twin_kafka = make(meter_provider=provider)
+    async with first:
+        with pytest.raises(ConfigError, match=r"client_id='c1' report to one meter provider"):
+            await twin.start()
+        assert not twin_kafka.started  # refused before anything was started
+    # Once the first is closed, the name is free again.
+    async with twin:
+        await (await twin.send("t", b"v"))
+    provider.shutdown()
+
+
 def test_settings_that_contradict_each_other_or_lack_the_library(
     monkeypatch: pytest.MonkeyPatch, tracer_provider: TracerProvider
 ) -> None:
