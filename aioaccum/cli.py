@@ -1,4 +1,5 @@
-"""Command line: ``aioaccum perf`` (like Kafka's kafka-producer-perf-test) and ``aioaccum produce``.
+"""Command line: ``aioaccum perf`` (like Kafka's kafka-producer-perf-test), ``aioaccum produce``
+and ``aioaccum serve`` (REST Proxy's produce API over HTTP, in :mod:`aioaccum.serve`).
 
 ``perf`` prints the same lines as the Java tool, so the two can be set side by side: a window line
 every 5 seconds and a final line with records/sec, MB/sec, average and maximum latency and the
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import random
 import re
 import sys
@@ -58,7 +60,7 @@ _ESCAPE = re.compile(r"\\(u[0-9A-Fa-f]{4}|u|.)")
 _ESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
-def read_properties_file(path: str) -> dict[str, str]:
+def read_properties_file(path: str, option: str = "--producer.config") -> dict[str, str]:
     """The settings in a Java ``.properties`` file, read as Kafka's tools read it.
 
     Lines are ``name=value`` or ``name: value``; blank lines and lines starting with ``#`` or
@@ -70,6 +72,7 @@ def read_properties_file(path: str) -> dict[str, str]:
 
     Args:
         path: The file, as given to ``--producer.config``.
+        option: The option that named the file, for the messages.
 
     Returns:
         Property names and their string values, in file order.
@@ -83,7 +86,7 @@ def read_properties_file(path: str) -> dict[str, str]:
             data = file.read()
     except OSError as exc:
         raise ConfigError(
-            f"--producer.config {path}: cannot read it ({exc.strerror or exc}); give the path "
+            f"{option} {path}: cannot read it ({exc.strerror or exc}); give the path "
             f"of a readable Java .properties file (name=value lines)"
         ) from exc
     try:
@@ -92,13 +95,13 @@ def read_properties_file(path: str) -> dict[str, str]:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise ConfigError(
-            f"--producer.config {path}, line {line}: not UTF-8 text; save the file as UTF-8"
+            f"{option} {path}, line {line}: not UTF-8 text; save the file as UTF-8"
         ) from exc
     lines = _NEWLINE.split(text)
     props: dict[str, str] = {}
     index = 0
     while index < len(lines):
-        where = f"--producer.config {path}, line {index + 1}"
+        where = f"{option} {path}, line {index + 1}"
         logical = lines[index].lstrip(_WHITESPACE)
         index += 1
         if not logical or logical[0] in "#!":
@@ -394,7 +397,33 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--key-separator", help="split each line into key and value")
     _add_producer_settings(produce)
     _add_loop_choice(produce, uvloop_alias=False)
+
+    # Imported here: aioaccum.serve reads the producer's settings with this module's helpers.
+    from aioaccum.serve import HELP_EPILOG, add_arguments
+
+    serve = sub.add_parser(
+        "serve",
+        help="produce over HTTP: Confluent REST Proxy's v2 and v3 produce API",
+        description="Serve Confluent REST Proxy's produce API (v2 and v3) on top of a producer "
+        "per worker process; needs the serve extra (pip install aioaccum[serve]).",
+        epilog=HELP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(serve)
     return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aioaccum.serve import ServeSettings
+
+    settings = ServeSettings.from_arguments(args)
+    try:
+        from aioaccum.serve import serve
+    except ImportError as exc:
+        print(f"error: {exc}; install the extra: pip install aioaccum[serve]", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+    return serve(settings)
 
 
 def _add_producer_settings(parser: argparse.ArgumentParser) -> None:
@@ -437,6 +466,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = _perf if args.command == "perf" else _produce
     try:
+        if args.command == "serve":
+            return _serve(args)
         props = producer_properties(
             args.producer_config, args.producer_props or [], args.bootstrap_server
         )

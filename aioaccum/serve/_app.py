@@ -1,0 +1,244 @@
+"""The ASGI application: routes, error bodies, and the lifespan that owns the producer.
+
+One producer per process, started before the first request is taken and flushed, then closed,
+after the last one ended (the server drains connections before the lifespan's shutdown runs).
+A :class:`~aioaccum._describe.ClusterReader` beside it answers topic and cluster questions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from aioaccum import AioAccumError, ProducerState
+from aioaccum._describe import ClusterReader
+from aioaccum.integrations._lifecycle import shutdown_producer, start_producer
+from aioaccum.prometheus import ProducerCollector
+
+from . import _v2
+from ._auth import AuthFile
+from ._errors import ErrorCode, RestError
+from ._gateway import Draining, Gateway
+from ._settings import ServeSettings
+from ._v3 import ProduceRecords
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("aioaccum.serve")
+
+
+def _json_error(error: RestError) -> Response:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
+
+
+async def healthz(request: Request) -> Response:
+    # The pid tells the workers of --workers apart.
+    return JSONResponse({"status": "ok", "pid": os.getpid()})
+
+
+async def readyz(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    if gateway.producer.state is not ProducerState.RUNNING or gateway.draining.started.is_set():
+        return _json_error(
+            RestError(503, ErrorCode.SERVICE_UNAVAILABLE, "the producer is not running")
+        )
+    timeout = gateway.settings.readiness_timeout_ms / 1000
+    try:
+        snapshot = await gateway.reader.describe([], timeout)
+    except AioAccumError as exc:
+        return _json_error(RestError(503, ErrorCode.BROKER_NOT_AVAILABLE, f"not ready: {exc}"))
+    return JSONResponse(
+        {"status": "ready", "cluster_id": snapshot.cluster_id, "brokers": list(snapshot.brokers)}
+    )
+
+
+async def metrics(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    try:
+        gateway.principal(request.headers)
+    except RestError as error:
+        return _json_error(error)
+    registry: CollectorRegistry = request.app.state.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _cluster(base: str, cluster_id: str, controller: int) -> dict[str, object]:
+    self_url = f"{base}/v3/clusters/{cluster_id}"
+    return {
+        "kind": "KafkaCluster",
+        "metadata": {"self": self_url, "resource_name": f"crn:///kafka={cluster_id}"},
+        "cluster_id": cluster_id,
+        "controller": {"related": f"{self_url}/brokers/{controller}"},
+        "brokers": {"related": f"{self_url}/brokers"},
+        "topics": {"related": f"{self_url}/topics"},
+    }
+
+
+async def _cluster_id(request: Request) -> tuple[str, int]:
+    gateway: Gateway = request.app.state.gateway
+    gateway.principal(request.headers)
+    snapshot = await gateway.describe([])
+    if snapshot.cluster_id is None:
+        raise RestError(
+            500, ErrorCode.KAFKA_ERROR, "the brokers gave no cluster id (Kafka older than 0.10.1)"
+        )
+    return snapshot.cluster_id, snapshot.controller
+
+
+async def list_clusters(request: Request) -> Response:
+    try:
+        cluster_id, controller = await _cluster_id(request)
+    except RestError as error:
+        return _json_error(error)
+    base = str(request.base_url).rstrip("/")
+    return JSONResponse(
+        {
+            "kind": "KafkaClusterList",
+            "metadata": {"self": f"{base}/v3/clusters", "next": None},
+            "data": [_cluster(base, cluster_id, controller)],
+        }
+    )
+
+
+async def get_cluster(request: Request) -> Response:
+    try:
+        cluster_id, controller = await _cluster_id(request)
+    except RestError as error:
+        return _json_error(error)
+    asked = request.path_params["cluster_id"]
+    if asked != cluster_id:
+        return _json_error(
+            RestError(
+                404,
+                ErrorCode.NOT_FOUND,
+                f"cluster {asked} cannot be found: this server produces to cluster {cluster_id}",
+            )
+        )
+    return JSONResponse(_cluster(str(request.base_url).rstrip("/"), cluster_id, controller))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}"
+    elif exc.status_code == 404:
+        message = f"HTTP 404 Not Found: no route {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return JSONResponse(
+        {"error_code": exc.status_code, "message": message},
+        status_code=exc.status_code,
+        headers=exc.headers,
+    )
+
+
+async def _flush_when_draining(gateway: Gateway) -> None:
+    """Send what is buffered as soon as a shutdown starts: requests in flight wait for those
+    acknowledgements, and would otherwise wait out a long linger.ms into the grace period."""
+    await gateway.draining.started.wait()
+    try:
+        await gateway.producer.flush(gateway.settings.shutdown_grace_ms / 1000)
+    except (TimeoutError, AioAccumError) as exc:
+        # The lifespan's own flush, with close.timeout.ms, tries again and reports the loss.
+        log.warning("flush at the start of the shutdown did not complete: %r", exc)
+
+
+class GatewayCollector(Collector):
+    """The gateway's own series beside the producer's: requests being served, records taken."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    def collect(self) -> Iterator[Metric]:
+        gateway = self._gateway
+        yield GaugeMetricFamily(
+            "aioaccum_serve_requests_in_flight",
+            "Produce requests being read, sent or waiting for acknowledgements",
+            value=gateway.in_flight,
+        )
+        yield CounterMetricFamily(
+            "aioaccum_serve_records_accepted",
+            "Records handed to the producer (each is then acknowledged or failed)",
+            value=gateway.records_accepted,
+        )
+        yield GaugeMetricFamily(
+            "aioaccum_serve_body_bytes_held",
+            "Bytes of request bodies held before they reach the producer",
+            value=gateway.budget.held,
+        )
+
+
+def create_app(settings: ServeSettings) -> Starlette:
+    """The gateway for one process: routes, and a lifespan that starts and stops its producer.
+
+    Args:
+        settings: What :class:`ServeSettings` parsed; the producer's config is built from its
+            properties.
+
+    Raises:
+        ConfigError: At once, when the auth file is malformed.
+    """
+    auth = AuthFile.load(settings.auth_file) if settings.auth_file is not None else None
+    draining = Draining()
+    registry = CollectorRegistry()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        config = settings.producer_config
+        reader = ClusterReader(config)
+        await reader.start()
+        try:
+            producer = await start_producer(config, None)
+            try:
+                gateway = Gateway(settings, producer, reader, auth, draining)
+                app.state.gateway = gateway
+                collectors = [ProducerCollector(producer), GatewayCollector(gateway)]
+                for collector in collectors:
+                    registry.register(collector)
+                flusher = asyncio.ensure_future(_flush_when_draining(gateway))
+                try:
+                    yield
+                finally:
+                    flusher.cancel()
+                    for collector in collectors:
+                        registry.unregister(collector)
+            finally:
+                await shutdown_producer(producer, settings.close_timeout_ms / 1000)
+        finally:
+            await reader.close()
+
+    app = Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/topics", _v2.list_topics, methods=["GET"]),
+            Route("/topics/{topic}", _v2.describe_topic, methods=["GET"]),
+            Route("/topics/{topic}", _v2.produce, methods=["POST"]),
+            Route("/topics/{topic}/partitions/{partition:int}", _v2.produce, methods=["POST"]),
+            Route("/v3/clusters", list_clusters, methods=["GET"]),
+            Route("/v3/clusters/{cluster_id}", get_cluster, methods=["GET"]),
+            Route(
+                "/v3/clusters/{cluster_id}/topics/{topic}/records",
+                ProduceRecords(),
+                methods=["POST"],
+            ),
+        ],
+        exception_handlers={HTTPException: _http_error},
+        lifespan=lifespan,
+    )
+    app.state.draining = draining
+    app.state.registry = registry
+    return app

@@ -1,0 +1,182 @@
+"""REST Proxy's error answers, and the one place aioaccum's errors become HTTP statuses.
+
+Every failure the gateway answers is a :class:`RestError`: an HTTP status, REST Proxy's numeric
+``error_code`` and a message with the numbers and the fix, sent as
+``{"error_code": N, "message": "..."}``. Codes are REST Proxy's (its ``Errors`` and Kafka
+exception mapper): five digits, the HTTP status followed by a sub-code, or the bare status.
+
+How the producer's errors map (:func:`rest_error_for`):
+
+=========================================  ======  ==========  =============================
+error                                      status  error_code  meaning for the client
+=========================================  ======  ==========  =============================
+pool full (``buffer.wait.ms`` passed,      429     42901       retry after ``Retry-After``
+``BufferExhaustedError``)
+``RecordTooLargeError``                    413     413         never fits: send less
+``ProducerTimeoutError`` (no metadata),    503     50302       brokers unreachable: retry
+``DeliveryTimeoutError``                                       later (``Retry-After``)
+retriable ``BrokerError``                  503     50003       retry later
+``TopicAuthorizationError``                403     40301       this gateway's principal may
+                                                               not write the topic
+``ProducerClosedError`` (shutting down)    503     50302       retry on another instance
+anything else                              500     50002       a Kafka error, not retriable
+=========================================  ======  ==========  =============================
+
+REST Proxy v2 also puts an error in a record's own ``offsets`` entry, where its API reference
+gives two codes: 1 (not retriable) and 2 (retriable: the record may go through if sent again).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+from aioaccum.errors import (
+    AioAccumError,
+    BrokerError,
+    BufferExhaustedError,
+    ProducerClosedError,
+    ProducerTimeoutError,
+    RecordTooLargeError,
+    TopicAuthorizationError,
+)
+
+__all__ = ["ErrorCode", "RestError", "record_error_code", "rest_error_for"]
+
+# A full buffer drains within about a linger and a round trip: come back soon. An unreachable
+# cluster takes longer.
+RETRY_AFTER_FULL_S = 1
+RETRY_AFTER_OUTAGE_S = 5
+
+
+class ErrorCode(enum.IntEnum):
+    """REST Proxy's ``error_code`` values that this gateway answers with."""
+
+    BAD_REQUEST = 400
+    UNAUTHORIZED = 401
+    FORBIDDEN = 403
+    NOT_FOUND = 404
+    METHOD_NOT_ALLOWED = 405
+    REQUEST_TIMEOUT = 408
+    PAYLOAD_TOO_LARGE = 413
+    UNSUPPORTED_MEDIA_TYPE = 415
+    UNPROCESSABLE = 422
+    INTERNAL = 500
+    SERVICE_UNAVAILABLE = 503
+    KAFKA_AUTHORIZATION = 40301
+    TOPIC_NOT_FOUND = 40401
+    PARTITION_NOT_FOUND = 40402
+    INVALID_PAYLOAD = 42206
+    TOO_MANY_REQUESTS = 42901
+    KAFKA_ERROR = 50002
+    KAFKA_RETRIABLE = 50003
+    BROKER_NOT_AVAILABLE = 50302
+    # The two codes of a failed record's entry in a v2 answer.
+    RECORD_NOT_RETRIABLE = 1
+    RECORD_RETRIABLE = 2
+
+
+class RestError(AioAccumError):
+    """A failure answered over HTTP with REST Proxy's error body.
+
+    Attributes:
+        status: The HTTP status.
+        code: REST Proxy's ``error_code``.
+        retry_after: Seconds for the ``Retry-After`` header, when retrying later can help.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        code: ErrorCode,
+        message: str,
+        *,
+        retry_after: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.retry_after = retry_after
+        self._headers = dict(headers or {})
+
+    @property
+    def retriable(self) -> bool:
+        return self.retry_after is not None
+
+    def body(self) -> dict[str, object]:
+        return {"error_code": int(self.code), "message": str(self)}
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after is None:
+            return dict(self._headers)
+        return {**self._headers, "Retry-After": str(self.retry_after)}
+
+
+def buffer_full(buffer_memory: int, waited_ms: int) -> RestError:
+    return RestError(
+        429,
+        ErrorCode.TOO_MANY_REQUESTS,
+        f"the producer's buffer (buffer.memory={buffer_memory} bytes) stayed full for "
+        f"{waited_ms} ms: the brokers take records more slowly than they arrive; retry after "
+        f"{RETRY_AFTER_FULL_S} s, or raise buffer.memory",
+        retry_after=RETRY_AFTER_FULL_S,
+    )
+
+
+def rest_error_for(exc: AioAccumError) -> RestError:
+    """The HTTP answer for an error of the producer's (see the module's table)."""
+    if isinstance(exc, RestError):
+        return exc
+    text = str(exc)
+    if isinstance(exc, BufferExhaustedError):
+        return RestError(
+            429, ErrorCode.TOO_MANY_REQUESTS, text, retry_after=RETRY_AFTER_FULL_S
+        )
+    if isinstance(exc, RecordTooLargeError):
+        return RestError(413, ErrorCode.PAYLOAD_TOO_LARGE, text)
+    if isinstance(exc, ProducerTimeoutError):
+        return RestError(
+            503, ErrorCode.BROKER_NOT_AVAILABLE, text, retry_after=RETRY_AFTER_OUTAGE_S
+        )
+    if isinstance(exc, TopicAuthorizationError):
+        return RestError(403, ErrorCode.KAFKA_AUTHORIZATION, text)
+    if isinstance(exc, BrokerError) and exc.retriable:
+        return RestError(503, ErrorCode.KAFKA_RETRIABLE, text, retry_after=RETRY_AFTER_OUTAGE_S)
+    if isinstance(exc, ProducerClosedError):
+        return RestError(
+            503, ErrorCode.BROKER_NOT_AVAILABLE, text, retry_after=RETRY_AFTER_OUTAGE_S
+        )
+    return RestError(500, ErrorCode.KAFKA_ERROR, f"{type(exc).__name__}: {text}")
+
+
+def record_error_code(error: RestError) -> ErrorCode:
+    """The code of a failed record's entry in a v2 answer: 2 when sending again may work."""
+    return ErrorCode.RECORD_RETRIABLE if error.retriable else ErrorCode.RECORD_NOT_RETRIABLE
+
+
+def bad_request(message: str) -> RestError:
+    return RestError(400, ErrorCode.BAD_REQUEST, message)
+
+
+def invalid_payload(message: str) -> RestError:
+    return RestError(422, ErrorCode.INVALID_PAYLOAD, message)
+
+
+def topic_not_found(topic: str, code: ErrorCode = ErrorCode.TOPIC_NOT_FOUND) -> RestError:
+    """404 for a topic the cluster does not have (v2 says 40401, v3 a bare 404)."""
+    return RestError(
+        404,
+        code,
+        f"topic {topic!r} not found: the cluster has no such topic (this gateway never creates "
+        "topics); create it first",
+    )
+
+
+def partition_not_found(topic: str, partition: int, count: int) -> RestError:
+    return RestError(
+        404,
+        ErrorCode.PARTITION_NOT_FOUND,
+        f"partition {partition} not found: topic {topic!r} has {count} partition(s), "
+        f"0 to {count - 1}",
+    )
