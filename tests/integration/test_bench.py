@@ -283,3 +283,51 @@ def test_the_thread_benchmark_checks_counts_and_order(
         assert row["records_per_s"] > 0
     # Four threads, each with its own numbered records: delivered once each, in order.
     assert summary["aioaccum-sync-4"]["order"] == ["ok"]
+
+
+def test_the_gateway_benchmark_checks_every_answer_against_the_topic(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    # A short run of aioaccum serve under the asyncio load generator: every answered record
+    # must be found in the topic at its offset, or the run is not clean.
+    out = tmp_path / "serve.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH.parent / "bench_serve.py"),
+            "--bootstrap-server",
+            kafka_bootstrap,
+            "--contenders",
+            "aioaccum",
+            "--load",
+            "asyncio",
+            "--duration",
+            "1",
+            "--warmup",
+            "0.5",
+            "--connections",
+            "4",
+            "--records-per-request",
+            "1,10",
+            "--repeat",
+            "1",
+            "--json",
+            str(out),
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [(run["contender"], run["records_per_request"]) for run in runs] == [
+        ("aioaccum", 1),
+        ("aioaccum", 10),
+    ]
+    for run in runs:
+        assert run["clean"], run
+        assert run["lost"] == run["unexplained"] == 0
+        assert run["load"]["acked"] > 0
+        assert run["in_topic"] >= run["load"]["acked"]
