@@ -54,14 +54,24 @@ async def readyz(request: Request) -> Response:
         return _json_error(
             RestError(503, ErrorCode.SERVICE_UNAVAILABLE, "the producer is not running")
         )
-    timeout = gateway.settings.readiness_timeout_ms / 1000
     try:
-        snapshot = await gateway.reader.describe([], timeout)
+        snapshot = await gateway.probe()
     except AioAccumError as exc:
         return _json_error(RestError(503, ErrorCode.BROKER_NOT_AVAILABLE, f"not ready: {exc}"))
-    return JSONResponse(
-        {"status": "ready", "cluster_id": snapshot.cluster_id, "brokers": list(snapshot.brokers)}
-    )
+    found: dict[str, object] = {"status": "ready"}
+    # The cluster's id and brokers only to a caller who may see them: /readyz needs no
+    # credentials, and they help an attacker map the cluster.
+    if gateway.auth is None or _authenticated(gateway, request):
+        found.update(cluster_id=snapshot.cluster_id, brokers=list(snapshot.brokers))
+    return JSONResponse(found)
+
+
+def _authenticated(gateway: Gateway, request: Request) -> bool:
+    try:
+        gateway.principal(request.headers)
+    except RestError:
+        return False
+    return True
 
 
 async def metrics(request: Request) -> Response:
@@ -144,6 +154,18 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     )
 
 
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    # The server logs the exception with its traceback; the client gets REST Proxy's body.
+    return JSONResponse(
+        {
+            "error_code": int(ErrorCode.INTERNAL),
+            "message": f"internal server error ({type(exc).__name__}); the server's log has the "
+            "details",
+        },
+        status_code=500,
+    )
+
+
 async def _flush_when_draining(gateway: Gateway) -> None:
     """Send what is buffered as soon as a shutdown starts: requests in flight wait for those
     acknowledgements, and would otherwise wait out a long linger.ms into the grace period."""
@@ -215,7 +237,11 @@ def create_app(settings: ServeSettings) -> Starlette:
                     for collector in collectors:
                         registry.unregister(collector)
             finally:
-                await shutdown_producer(producer, settings.close_timeout_ms / 1000)
+                dropped = await shutdown_producer(producer, settings.close_timeout_ms / 1000)
+                # The exit status says whether accepted records were lost (see _run).
+                app.state.dropped = dropped
+                app.state.shutdown_ran = True
+                log.info("worker %d drained: %d record(s) dropped", os.getpid(), dropped)
         finally:
             await reader.close()
 
@@ -236,9 +262,11 @@ def create_app(settings: ServeSettings) -> Starlette:
                 methods=["POST"],
             ),
         ],
-        exception_handlers={HTTPException: _http_error},
+        exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         lifespan=lifespan,
     )
     app.state.draining = draining
+    app.state.dropped = 0
+    app.state.shutdown_ran = False
     app.state.registry = registry
     return app

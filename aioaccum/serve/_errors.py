@@ -18,12 +18,18 @@ pool full (``buffer.wait.ms`` passed,      429     42901       retry after ``Ret
 retriable ``BrokerError``                  503     50003       retry later
 ``TopicAuthorizationError``                403     40301       this gateway's principal may
                                                                not write the topic
+``AuthenticationError``                    401     40101       the gateway's own credentials
+                                                               were refused by the cluster
 ``ProducerClosedError`` (shutting down)    503     50302       retry on another instance
+``ConfigError`` (e.g. a timestamp the      422     42201       the record is invalid: fix it
+producer refuses)
 anything else                              500     50002       a Kafka error, not retriable
 =========================================  ======  ==========  =============================
 
-REST Proxy v2 also puts an error in a record's own ``offsets`` entry, where its API reference
-gives two codes: 1 (not retriable) and 2 (retriable: the record may go through if sent again).
+REST Proxy v2 also puts an error in a record's own ``offsets`` entry, with the codes REST
+Proxy's produce action gives there: 50003 (retriable: the record may go through if sent again),
+50002 (not retriable), 40301 (the gateway's principal may not write the topic) and 40101 (the
+gateway's principal could not authenticate to the cluster).
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ from collections.abc import Mapping
 
 from aioaccum.errors import (
     AioAccumError,
+    AuthenticationError,
     BrokerError,
     BufferExhaustedError,
+    ConfigError,
     ProducerClosedError,
     ProducerTimeoutError,
     RecordTooLargeError,
@@ -63,17 +71,16 @@ class ErrorCode(enum.IntEnum):
     UNPROCESSABLE = 422
     INTERNAL = 500
     SERVICE_UNAVAILABLE = 503
+    KAFKA_AUTHENTICATION = 40101
     KAFKA_AUTHORIZATION = 40301
     TOPIC_NOT_FOUND = 40401
     PARTITION_NOT_FOUND = 40402
+    INVALID_RECORD = 42201
     INVALID_PAYLOAD = 42206
     TOO_MANY_REQUESTS = 42901
     KAFKA_ERROR = 50002
     KAFKA_RETRIABLE = 50003
     BROKER_NOT_AVAILABLE = 50302
-    # The two codes of a failed record's entry in a v2 answer.
-    RECORD_NOT_RETRIABLE = 1
-    RECORD_RETRIABLE = 2
 
 
 class RestError(AioAccumError):
@@ -143,6 +150,15 @@ def rest_error_for(exc: AioAccumError) -> RestError:
         return RestError(403, ErrorCode.KAFKA_AUTHORIZATION, text)
     if isinstance(exc, BrokerError) and exc.retriable:
         return RestError(503, ErrorCode.KAFKA_RETRIABLE, text, retry_after=RETRY_AFTER_OUTAGE_S)
+    if isinstance(exc, AuthenticationError):
+        return RestError(
+            401,
+            ErrorCode.KAFKA_AUTHENTICATION,
+            f"the cluster refused this gateway's own credentials: {text}; check the sasl/ssl "
+            "settings of --producer.config",
+        )
+    if isinstance(exc, ConfigError):
+        return RestError(422, ErrorCode.INVALID_RECORD, f"the record is invalid: {text}")
     if isinstance(exc, ProducerClosedError):
         return RestError(
             503, ErrorCode.BROKER_NOT_AVAILABLE, text, retry_after=RETRY_AFTER_OUTAGE_S
@@ -151,8 +167,11 @@ def rest_error_for(exc: AioAccumError) -> RestError:
 
 
 def record_error_code(error: RestError) -> ErrorCode:
-    """The code of a failed record's entry in a v2 answer: 2 when sending again may work."""
-    return ErrorCode.RECORD_RETRIABLE if error.retriable else ErrorCode.RECORD_NOT_RETRIABLE
+    """The code of a failed record's entry in a v2 answer, as REST Proxy's produce action
+    gives it: authorization and authentication by name, else retriable or not."""
+    if error.code in (ErrorCode.KAFKA_AUTHORIZATION, ErrorCode.KAFKA_AUTHENTICATION):
+        return error.code
+    return ErrorCode.KAFKA_RETRIABLE if error.retriable else ErrorCode.KAFKA_ERROR
 
 
 def bad_request(message: str) -> RestError:

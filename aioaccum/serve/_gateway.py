@@ -149,6 +149,7 @@ class Gateway:
         self._buffer_wait_s = settings.buffer_wait_ms / 1000
         self._known: dict[str, _KnownTopic] = {}
         self._asking: dict[str, asyncio.Task[ClusterSnapshot]] = {}
+        self._probing: asyncio.Future[ClusterSnapshot] | None = None
         self.cluster_id: str | None = None
         self.in_flight = 0
         self.records_accepted = 0
@@ -193,6 +194,27 @@ class Gateway:
         if snapshot.cluster_id is not None:
             self.cluster_id = snapshot.cluster_id
         return snapshot
+
+    async def probe(self) -> ClusterSnapshot:
+        """Whether a broker answers, within ``readiness.timeout.ms``; callers at the same time
+        share one request, so a flood of /readyz costs the cluster one round trip.
+
+        Raises:
+            AioAccumError: No broker answered in time.
+        """
+        probing = self._probing
+        if probing is None:
+            timeout = self.settings.readiness_timeout_ms / 1000
+            probing = asyncio.ensure_future(self.reader.describe([], timeout))
+            self._probing = probing
+            probing.add_done_callback(self._probed)
+        # Shared: one caller leaving must not cancel it for the rest.
+        return await asyncio.shield(probing)
+
+    def _probed(self, probing: asyncio.Future[ClusterSnapshot]) -> None:
+        self._probing = None
+        if not probing.cancelled():
+            probing.exception()  # retrieved here too, in case every caller left
 
     async def topic(
         self, name: str, *, not_found: ErrorCode = ErrorCode.TOPIC_NOT_FOUND
@@ -260,6 +282,22 @@ class Gateway:
                 "instance",
                 retry_after=RETRY_AFTER_OUTAGE_S,
             )
+        try:
+            # The metadata first, with its own bound: a slow metadata answer is an outage
+            # (503), not a full buffer, and buffer.wait.ms below is then the pool's wait alone.
+            async with asyncio.timeout(self._max_block_s):
+                await self.producer.partitions_for(topic)
+        except AioAccumError as exc:
+            raise rest_error_for(exc) from exc
+        except TimeoutError:
+            raise RestError(
+                503,
+                ErrorCode.BROKER_NOT_AVAILABLE,
+                f"no metadata for topic {topic!r} within max.block.ms="
+                f"{self.settings.producer_config.max_block_ms} ms: the brokers are out of reach; "
+                f"retry after {RETRY_AFTER_OUTAGE_S} s",
+                retry_after=RETRY_AFTER_OUTAGE_S,
+            ) from None
         try:
             # A send() that raises, cancelled by the timeout too, has buffered nothing.
             async with asyncio.timeout(self._buffer_wait_s):

@@ -1,20 +1,25 @@
 """Running the gateway: uvicorn on uvloop and httptools, in one process or several.
 
 With ``workers`` > 1 this process binds the listening socket and starts that many worker
-processes, which all accept on it, each with its own producer; it only watches them (a worker
-that dies is replaced) and passes SIGTERM and SIGINT on.
+processes, which all accept on it, each with its own producer; it only watches them and
+passes SIGTERM and SIGINT on. A worker that dies is replaced after a pause that doubles with
+each death in a row (0.5 s up to 30 s), so a worker that crashes at once does not spin. A worker
+whose supervisor dies drains and exits by itself (it checks every second).
 
 A signal starts a drain, in every worker: stop accepting connections, stop reading streams,
 answer every request in flight (those still waiting for acknowledgements after
 ``shutdown.grace.ms`` are answered 503), flush the producer within ``close.timeout.ms``, and
 exit 0. uvicorn itself would raise the signal again after its shutdown, making a clean drain
-look like a kill; here the exit status says whether the drain went well.
+look like a kill; here the exit status says whether the drain went well: 1 when records that
+were accepted were dropped (not acknowledged within ``close.timeout.ms``), or when a forced exit
+(a second Ctrl+C) skipped the flush. The supervisor exits 1 when any worker did, or died.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -23,22 +28,35 @@ import signal
 import socket
 import sys
 import threading
+import time
 from types import FrameType
 
 import uvicorn
+from starlette.applications import Starlette
 
 from aioaccum._loops import default_loop_factory
 
 from ._app import create_app
 from ._gateway import Draining
 from ._settings import ServeSettings
+from ._writes import BoundedWrites
 
 __all__ = ["serve"]
 
 log = logging.getLogger("aioaccum.serve")
 
-# uvicorn's exit status for a worker whose startup failed: restarting it would fail again.
+# The exit status of a worker whose server never started (the number uvicorn's own command uses
+# for it); the supervisor then stops instead of starting another, which would fail the same way.
 _STARTUP_FAILURE = 3
+# A worker whose records were dropped, or whose flush a forced exit skipped.
+_LOST_RECORDS = 1
+# How often a worker checks that its supervisor is still there.
+_PARENT_CHECK_S = 1.0
+# The pause before replacing a dead worker: doubling per death in a row, up to the last.
+_RESPAWN_FIRST_S = 0.5
+_RESPAWN_MAX_S = 30.0
+# A worker that ran this long before dying starts the doubling over.
+_RESPAWN_RESET_S = 60.0
 # Beyond the drain and the flush, for the interpreter and uvicorn's own steps.
 _EXIT_MARGIN_S = 30.0
 
@@ -47,15 +65,32 @@ class _Server(uvicorn.Server):
     """uvicorn's server, which also starts the app's drain when a signal comes and does not
     raise the signal again once it has shut down."""
 
-    def __init__(self, config: uvicorn.Config, draining: Draining, grace: float) -> None:
+    def __init__(
+        self, config: uvicorn.Config, draining: Draining, grace: float, parent: int | None
+    ) -> None:
         super().__init__(config)
         self._draining = draining
         self._grace = grace
+        self._parent = parent
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
-        await super().serve(sockets)
+        watcher = asyncio.ensure_future(self._watch_parent()) if self._parent else None
+        try:
+            await super().serve(sockets)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+
+    async def _watch_parent(self) -> None:
+        """Drain when the supervisor is gone (killed, say): nobody would ever send SIGTERM."""
+        while True:
+            await asyncio.sleep(_PARENT_CHECK_S)
+            if os.getppid() != self._parent:
+                break
+        log.warning("the supervisor (pid %s) is gone; draining", self._parent)
+        self.handle_exit(signal.SIGTERM, None)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.should_exit and sig == signal.SIGINT:
@@ -66,11 +101,10 @@ class _Server(uvicorn.Server):
             self._loop.call_soon_threadsafe(self._draining.begin, self._grace)
 
 
-def _uvicorn_config(settings: ServeSettings) -> tuple[uvicorn.Config, Draining]:
+def _uvicorn_config(settings: ServeSettings) -> tuple[uvicorn.Config, Starlette]:
     app = create_app(settings)
-    draining: Draining = app.state.draining
     config = uvicorn.Config(
-        app,
+        BoundedWrites(app, settings.write_timeout_ms),
         host=settings.host,
         port=settings.port,
         loop="uvloop" if default_loop_factory() is not asyncio.new_event_loop else "asyncio",
@@ -85,22 +119,56 @@ def _uvicorn_config(settings: ServeSettings) -> tuple[uvicorn.Config, Draining]:
         timeout_graceful_shutdown=int(settings.shutdown_grace_ms / 1000) + 5,
         timeout_keep_alive=30,
         backlog=4096,
+        # Beyond it uvicorn answers 503 at once: each connection costs memory before its
+        # request reaches any of the byte bounds.
+        limit_concurrency=settings.max_connections,
     )
-    return config, draining
+    return config, app
 
 
-def _run_worker(settings: ServeSettings, sockets: list[socket.socket] | None) -> None:
-    config, draining = _uvicorn_config(settings)
-    server = _Server(config, draining, settings.shutdown_grace_ms / 1000)
+def _run_worker(
+    settings: ServeSettings, sockets: list[socket.socket] | None, parent: int | None
+) -> int:
+    """Serve until drained; the exit status (see the module's docstring)."""
+    config, app = _uvicorn_config(settings)
+    server = _Server(config, app.state.draining, settings.shutdown_grace_ms / 1000, parent)
     server.run(sockets=sockets)
     if not server.started:
-        sys.exit(_STARTUP_FAILURE)
+        return _STARTUP_FAILURE
+    if not app.state.shutdown_ran:
+        log.error("the server was forced to exit before the producer was flushed")
+        return _LOST_RECORDS
+    if app.state.dropped:
+        log.error("%d accepted record(s) were dropped at shutdown", app.state.dropped)
+        return _LOST_RECORDS
+    return 0
 
 
-def _worker_main(settings: ServeSettings, listener: socket.socket) -> None:
+def _worker_main(settings: ServeSettings, listener: socket.socket, parent: int) -> None:
     """A worker process's entry (pickled by the spawn start method: module level)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: [%(process)d] %(message)s")
-    _run_worker(settings, [listener])
+    sys.exit(_run_worker(settings, [listener], parent))
+
+
+def _warn_if_exposed(settings: ServeSettings) -> None:
+    host = settings.host
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False  # a host name: it may resolve to anything
+    missing = [
+        what
+        for what, given in (("auth (--auth-file)", settings.auth_file), ("TLS", settings.tls_cert))
+        if given is None
+    ]
+    if not loopback and missing:
+        log.warning(
+            "listening on %s, beyond this machine, without %s: anyone who reaches the port "
+            "can produce to the cluster or read what is sent; give --auth-file and "
+            "--tls-cert/--tls-key",
+            settings.listen,
+            " or ".join(missing),
+        )
 
 
 def serve(settings: ServeSettings) -> int:
@@ -109,9 +177,9 @@ def serve(settings: ServeSettings) -> int:
     Raises:
         ConfigError: A setting is invalid (before anything listens).
     """
+    _warn_if_exposed(settings)
     if settings.workers == 1:
-        _run_worker(settings, None)
-        return 0
+        return _run_worker(settings, None, None)
     return _Supervisor(settings).run()
 
 
@@ -121,6 +189,9 @@ class _Supervisor:
         self._context = multiprocessing.get_context("spawn")
         self._stopping = threading.Event()
         self._workers: list[multiprocessing.process.BaseProcess] = []
+        self._died = False
+        self._streak = 0
+        self._last_death = 0.0
 
     def run(self) -> int:
         settings = self._settings
@@ -134,35 +205,62 @@ class _Supervisor:
             failed = self._watch(listener)
         finally:
             listener.close()
-        return 1 if failed else self._stop()
+        if failed:
+            return 1
+        status = self._stop()
+        return 1 if self._died else status
 
     def _on_signal(self, sig: int, frame: FrameType | None) -> None:
         self._stopping.set()
 
     def _start(self, listener: socket.socket) -> multiprocessing.process.BaseProcess:
         worker = self._context.Process(
-            target=_worker_main, args=(self._settings, listener), name="aioaccum-serve-worker"
+            target=_worker_main,
+            args=(self._settings, listener, os.getpid()),
+            name="aioaccum-serve-worker",
         )
         worker.start()
         return worker
 
     def _watch(self, listener: socket.socket) -> bool:
         """Replace workers that die until a signal comes; True if one could not even start."""
+        due: dict[int, float] = {}  # worker index -> when its replacement starts
         while not self._stopping.is_set():
-            multiprocessing.connection.wait([w.sentinel for w in self._workers], timeout=0.5)
+            live = [w.sentinel for i, w in enumerate(self._workers) if i not in due]
+            multiprocessing.connection.wait(live, timeout=0.5)
+            now = time.monotonic()
             for index, worker in enumerate(self._workers):
-                if worker.exitcode is None or self._stopping.is_set():
+                if self._stopping.is_set():
+                    break
+                if index in due:
+                    if now >= due[index]:
+                        del due[index]
+                        self._workers[index] = self._start(listener)
+                    continue
+                if worker.exitcode is None:
                     continue
                 if worker.exitcode == _STARTUP_FAILURE:
                     log.error("worker %d could not start (see above); stopping", worker.pid)
                     self._stopping.set()
                     self._stop()
                     return True
+                self._died = True
+                delay = self._respawn_delay(now)
                 log.warning(
-                    "worker %d exited with status %s; starting another", worker.pid, worker.exitcode
+                    "worker %d exited with status %s; starting another in %.1f s",
+                    worker.pid,
+                    worker.exitcode,
+                    delay,
                 )
-                self._workers[index] = self._start(listener)
+                due[index] = now + delay
         return False
+
+    def _respawn_delay(self, now: float) -> float:
+        if now - self._last_death > _RESPAWN_RESET_S:
+            self._streak = 0
+        self._last_death = now
+        self._streak += 1
+        return float(min(_RESPAWN_FIRST_S * 2 ** (self._streak - 1), _RESPAWN_MAX_S))
 
     def _stop(self) -> int:
         """Drain every worker; 0 if each exited 0 within its bound."""
@@ -173,8 +271,10 @@ class _Supervisor:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(worker.pid, signal.SIGTERM)
         status = 0
+        # One deadline for all: N workers draining at once take as long as one.
+        deadline = time.monotonic() + bound
         for worker in self._workers:
-            worker.join(bound)
+            worker.join(max(deadline - time.monotonic(), 0.0))
             if worker.exitcode is None:
                 log.error(
                     "worker %d did not exit within %.0f s of SIGTERM; killing it", worker.pid, bound

@@ -120,6 +120,22 @@ SETTINGS: tuple[Setting, ...] = (
         "longest wait for more of a request body, or for the next record of a v3 stream",
     ),
     Setting(
+        "write_timeout_ms", "write.timeout.ms", _positive, 30_000,
+        "longest wait for a client to take (part of) an answer; then the connection is closed",
+    ),
+    Setting(
+        "max_records_per_request", "max.records.per.request", _positive, 10_000,
+        "most records in one v2 request (413 above it)",
+    ),
+    Setting(
+        "stream_max_duration_ms", "stream.max.duration.ms", _positive, 600_000,
+        "longest a v3 stream is read; then it answers what it read and ends",
+    ),
+    Setting(
+        "max_connections", "max.connections", _positive, 1000,
+        "connections and requests served at once per worker; more are answered 503",
+    ),
+    Setting(
         "shutdown_grace_ms", "shutdown.grace.ms", _positive, 10_000,
         "after SIGTERM, how long requests in flight may wait for acknowledgements before "
         "their unacknowledged records are answered 503",
@@ -147,7 +163,8 @@ class ServeSettings:
             which each worker builds its own producer.
     """
 
-    producer_properties: Mapping[str, str]
+    # Never printed: it may hold sasl.jaas.config or ssl passwords.
+    producer_properties: Mapping[str, str] = field(repr=False)
     # Defaults live in SETTINGS; create() fills them in.
     listen: str
     workers: int
@@ -158,6 +175,10 @@ class ServeSettings:
     max_body_bytes: int
     body_budget_bytes: int
     read_timeout_ms: int
+    write_timeout_ms: int
+    max_records_per_request: int
+    stream_max_duration_ms: int
+    max_connections: int
     shutdown_grace_ms: int
     close_timeout_ms: int
     readiness_timeout_ms: int

@@ -11,35 +11,38 @@ named by the ``Content-Type``:
 
 The answer comes once every record has an outcome, one ``offsets`` entry per record in order:
 ``{"partition", "offset", "error_code": null, "error": null}``, or for a failed record
-``error_code`` 1 (not retriable) or 2 (retriable) and the reason. When no record got through,
-the whole answer is the first record's error instead (429 with ``Retry-After`` when the buffer
-stayed full, 413, 503 ...), so that a total failure is never a 200.
+REST Proxy's code (50003 retriable, 50002 not, 40301, 40101) and the reason. When no record
+got through, the whole answer is the first record's error instead (429 with ``Retry-After``
+when the buffer stayed full, 413, 503 ...), so that a total failure is never a 200.
 
 Avro, Protobuf and JSON Schema need a schema registry, which this gateway does not use: they
 are answered 415, as is any other type.
+
+The bytes of a request count against ``body.budget.bytes`` from the moment they are read until
+its last record is in the producer's buffer: first the body, then the parsed records.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
-import json
-from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from aioaccum import FutureRecordMetadata
+
 from ._errors import (
+    RETRY_AFTER_FULL_S,
     ErrorCode,
     RestError,
-    bad_request,
     invalid_payload,
     record_error_code,
     topic_not_found,
 )
-from ._gateway import Gateway
+from ._gateway import ByteBudget, Gateway
+from ._records import decode_json, encode_json
 
 __all__ = ["V2_CONTENT_TYPE", "describe_topic", "list_topics", "produce"]
 
@@ -57,6 +60,9 @@ _BINARY_TYPES = frozenset(
 )
 _JSON_TYPES = frozenset({"application/vnd.kafka.json.v2+json", "application/vnd.kafka.json.v2"})
 _SCHEMA_FORMATS = ("avro", "protobuf", "jsonschema")
+# What a parsed record costs beyond its key and value bytes (the tuple and two bytes objects),
+# charged to the budget with them.
+_RECORD_OVERHEAD = 128
 
 
 class _Record(NamedTuple):
@@ -95,13 +101,14 @@ def _embedded_format(content_type: str | None) -> str:
     raise RestError(415, ErrorCode.UNSUPPORTED_MEDIA_TYPE, why)
 
 
-async def read_body(request: Request, gateway: Gateway) -> bytes:
-    """The request's body, within the server's byte budget and ``max.body.bytes``.
+async def read_body(request: Request, gateway: Gateway) -> tuple[bytes, int]:
+    """The request's body, within the server's byte budget and ``max.body.bytes``, and how many
+    budget bytes it holds: the caller gives them back (a failure here gives them back itself).
 
     Raises:
         RestError: 413 when the body is too large (said by Content-Length before any is read),
-            429 when the server holds too many bytes of bodies already, 408 when the client
-            stops sending for ``read.timeout.ms``.
+            429 when the server holds too many bytes of bodies already, 408 when the whole body
+            did not arrive within ``read.timeout.ms``.
     """
     settings = gateway.settings
     limit = settings.max_body_bytes
@@ -118,38 +125,45 @@ async def read_body(request: Request, gateway: Gateway) -> bytes:
             taken = declared
         chunks: list[bytes] = []
         size = 0
-        async for chunk in _timed(request.stream(), settings.read_timeout_ms):
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(size, limit)
-            if size > taken:
-                # Chunked, or longer than it said: take the rest as it comes.
-                if not budget.take_nowait(size - taken):
-                    raise _budget_full(budget.total)
-                taken = size
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        # The parsed records are what is held from here on, and the producer's pool bounds them.
+        # One deadline for the whole body: a client trickling a byte at a time holds its
+        # budget no longer than one that sends nothing.
+        async with asyncio.timeout(settings.read_timeout_ms / 1000):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(size, limit)
+                if size > taken:
+                    # Chunked, or longer than it said: take the rest as it comes.
+                    if not budget.take_nowait(size - taken):
+                        raise _budget_full(budget.total)
+                    taken = size
+                chunks.append(chunk)
+    except TimeoutError:
         budget.give(taken)
+        raise RestError(
+            408,
+            ErrorCode.REQUEST_TIMEOUT,
+            f"the request body did not arrive within read.timeout.ms={settings.read_timeout_ms} "
+            "ms",
+        ) from None
+    except BaseException:
+        budget.give(taken)
+        raise
+    return b"".join(chunks), taken
 
 
-async def _timed(stream: AsyncIterator[bytes], timeout_ms: int) -> AsyncIterator[bytes]:
-    iterator = stream.__aiter__()
-    while True:
-        try:
-            async with asyncio.timeout(timeout_ms / 1000):
-                chunk = await iterator.__anext__()
-        except StopAsyncIteration:
-            return
-        except TimeoutError:
-            raise RestError(
-                408,
-                ErrorCode.REQUEST_TIMEOUT,
-                f"no bytes of the request body for read.timeout.ms={timeout_ms} ms",
-            ) from None
-        if chunk:
-            yield chunk
+def recharge(budget: ByteBudget, held: int, size: int) -> int:
+    """Hold ``size`` budget bytes instead of ``held``; returns what is held now.
+
+    Raises:
+        RestError: 429 when the budget cannot grow to ``size`` (``held`` is still held).
+    """
+    if size > held:
+        if not budget.take_nowait(size - held):
+            raise _budget_full(budget.total)
+    else:
+        budget.give(held - size)
+    return size
 
 
 def _too_large(size: int, limit: int) -> RestError:
@@ -166,29 +180,33 @@ def _budget_full(total: int) -> RestError:
         429,
         ErrorCode.TOO_MANY_REQUESTS,
         f"the server holds {total} bytes of request bodies (body.budget.bytes) already; retry "
-        "after 1 s",
-        retry_after=1,
+        f"after {RETRY_AFTER_FULL_S} s",
+        retry_after=RETRY_AFTER_FULL_S,
     )
 
 
-def parse_records(body: bytes, embedded: str) -> list[_Record]:
+def parse_records(body: bytes, embedded: str, max_records: int) -> list[_Record]:
     """The records of a v2 produce body.
 
     Raises:
         RestError: 400 for a body that is not JSON, 422 for JSON of the wrong shape or a key or
-            value that is not base64 (binary format).
+            value that is not base64 (binary format), 413 for more than ``max_records``.
     """
     if not body.strip():
         raise invalid_payload("the request body is empty; send {\"records\": [...]}")
-    try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise bad_request(f"the request body is not JSON: {exc}") from None
+    document = decode_json(body, "the request body")
     records = document.get("records") if isinstance(document, dict) else None
     if not isinstance(records, list) or not records:
         raise invalid_payload(
             "the body must be an object with a non-empty list \"records\", e.g. "
             "{\"records\": [{\"value\": ...}]}"
+        )
+    if len(records) > max_records:
+        raise RestError(
+            413,
+            ErrorCode.PAYLOAD_TOO_LARGE,
+            f"the request has {len(records)} records, more than max.records.per.request="
+            f"{max_records}: send them in several requests",
         )
     parsed: list[_Record] = []
     for index, record in enumerate(records):
@@ -215,7 +233,7 @@ def _field(record: dict[str, Any], name: str, embedded: str, index: int) -> byte
     if data is None:
         return None
     if embedded == "json":
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+        return encode_json(data, f"records[{index}].{name}")
     if not isinstance(data, str):
         raise invalid_payload(
             f"records[{index}].{name} must be a base64 string in the binary format, not "
@@ -223,7 +241,7 @@ def _field(record: dict[str, Any], name: str, embedded: str, index: int) -> byte
         )
     try:
         return base64.b64decode(data, validate=True)
-    except binascii.Error as exc:
+    except ValueError as exc:  # binascii.Error, or characters beyond ASCII
         raise invalid_payload(f"records[{index}].{name} is not valid base64: {exc}") from None
 
 
@@ -236,20 +254,40 @@ async def produce(request: Request) -> Response:
 async def _produce(request: Request, gateway: Gateway) -> Response:
     topic = request.path_params["topic"]
     path_partition: int | None = request.path_params.get("partition")
+    held = 0
     try:
-        gateway.authorize(request.headers, topic)
-        embedded = _embedded_format(request.headers.get("content-type"))
-        info = await gateway.topic(topic)
-        body = await read_body(request, gateway)
-        records = parse_records(body, embedded)
-        del body
-        for record in records:
-            gateway.check_partition(
-                info, path_partition if record.partition is None else record.partition
-            )
-    except RestError as error:
-        return error_answer(error)
-    futures = []
+        try:
+            gateway.authorize(request.headers, topic)
+            embedded = _embedded_format(request.headers.get("content-type"))
+            info = await gateway.topic(topic)
+            body, held = await read_body(request, gateway)
+            records = parse_records(body, embedded, gateway.settings.max_records_per_request)
+            del body
+            # The parsed records stay in the budget until they are in the producer's buffer.
+            held = recharge(gateway.budget, held, _parsed_size(records))
+            for record in records:
+                gateway.check_partition(
+                    info, path_partition if record.partition is None else record.partition
+                )
+        except RestError as error:
+            return error_answer(error)
+        futures, failures = await _send_all(gateway, topic, path_partition, records)
+        del records
+    finally:
+        gateway.budget.give(held)
+    return await _answer_outcomes(gateway, futures, failures)
+
+
+def _parsed_size(records: list[_Record]) -> int:
+    return sum(
+        len(r.key or b"") + len(r.value or b"") + _RECORD_OVERHEAD for r in records
+    )
+
+
+async def _send_all(
+    gateway: Gateway, topic: str, path_partition: int | None, records: list[_Record]
+) -> tuple[list[FutureRecordMetadata], dict[int, RestError]]:
+    futures: list[FutureRecordMetadata] = []
     failures: dict[int, RestError] = {}
     for index, record in enumerate(records):
         partition = path_partition if record.partition is None else record.partition
@@ -266,7 +304,12 @@ async def _produce(request: Request, gateway: Gateway) -> Response:
                 for later in range(index + 1, len(records)):
                     failures[later] = error
                 break
-    del records
+    return futures, failures
+
+
+async def _answer_outcomes(
+    gateway: Gateway, futures: list[FutureRecordMetadata], failures: dict[int, RestError]
+) -> Response:
     outcomes = iter(await gateway.settle(futures))
     offsets: list[dict[str, object]] = []
     first_error: RestError | None = None

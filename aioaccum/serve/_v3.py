@@ -26,18 +26,18 @@ Problems with the request as a whole come before any answer: 401/403, 404 for an
 topic (``error_code`` 404), 413 for a declared length over ``max.body.bytes``, 415.
 
 As in REST Proxy, the cluster id in the path is not checked when producing; answers repeat it.
-On SIGTERM a stream stops reading, answers the records it read, adds one 503 answer if the
-client had more to send, and ends.
+On SIGTERM, or once it has been read for ``stream.max.duration.ms``, a stream stops reading,
+answers the records it read, adds one error answer (503 or 408) if the client had more to send,
+and ends. A stream holds in the body budget the bytes of the record object it is in the middle
+of; records read and not answered yet are bounded in number and in bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import datetime
 import json
-import re
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,28 +46,33 @@ from starlette.datastructures import Headers
 
 from aioaccum import FutureRecordMetadata, RecordMetadata
 
-from ._errors import ErrorCode, RestError, bad_request
+from ._errors import RETRY_AFTER_FULL_S, RETRY_AFTER_OUTAGE_S, ErrorCode, RestError, bad_request
 from ._gateway import Gateway
+from ._records import ObjectSplitter, decode_json, parse_record
 
 __all__ = ["ProduceRecords", "iso_timestamp", "json_error"]
+
+log = logging.getLogger("aioaccum.serve")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-# Records read and not yet answered, per stream: beyond it the stream stops reading until
-# answers catch up, so a client that never reads its answers cannot make the server hold more.
+# Records read and not yet answered, per stream, by number and by bytes of their objects:
+# beyond either the stream stops reading until answers catch up, so a client that never reads
+# its answers cannot make the server hold more.
 MAX_UNANSWERED = 10_000
 _SEPARATOR = b"\r\n"
-_TYPES = ("BINARY", "JSON", "STRING")
-_SCHEMA_TYPES = ("AVRO", "PROTOBUF", "JSONSCHEMA")
-_SCHEMA_FIELDS = ("schema", "schema_id", "schema_version", "subject", "subject_name_strategy")
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def iso_timestamp(ms: int) -> str:
     """Milliseconds since the epoch as ISO 8601 in UTC, e.g. ``2023-03-09T14:07:23.592Z``."""
-    moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+    try:
+        moment = _EPOCH + datetime.timedelta(milliseconds=ms)
+    except OverflowError:
+        return str(ms)  # outside what ISO 8601 can say; parse_record lets none such in
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
@@ -75,182 +80,53 @@ def json_error(error: RestError) -> bytes:
     return json.dumps(error.body(), separators=(",", ":")).encode()
 
 
-@dataclass(frozen=True, slots=True)
-class _Record:
-    key: bytes | None
-    value: bytes | None
-    key_type: str | None
-    value_type: str | None
-    partition: int | None
-    timestamp_ms: int | None
-    headers: list[tuple[str, bytes | None]]
-
-
-def parse_record(document: object) -> _Record:
-    """One record object of a v3 body.
-
-    Raises:
-        RestError: 400 for a malformed record, 422 for a schema-registry format.
-    """
-    if not isinstance(document, dict):
-        raise bad_request(f"a record must be a JSON object, not {type(document).__name__}")
-    partition = document.get("partition_id")
-    if partition is not None and (type(partition) is not int or partition < 0):
-        raise bad_request(f"partition_id must be an integer >= 0, not {partition!r}")
-    headers: list[tuple[str, bytes | None]] = []
-    for index, header in enumerate(document.get("headers") or []):
-        if not isinstance(header, dict) or not isinstance(header.get("name"), str):
-            raise bad_request(f"headers[{index}] must be {{\"name\": str, \"value\": base64}}")
-        raw = header.get("value")
-        headers.append((header["name"], None if raw is None else _base64(raw, f"headers[{index}]")))
-    key, key_type = _data(document.get("key"), "key")
-    value, value_type = _data(document.get("value"), "value")
-    return _Record(
-        key, value, key_type, value_type, partition, _timestamp(document.get("timestamp")), headers
-    )
-
-
-def _data(spec: object, where: str) -> tuple[bytes | None, str | None]:
-    if spec is None:
-        return None, None
-    if not isinstance(spec, dict):
-        raise bad_request(f"{where} must be an object like {{\"type\": \"BINARY\", \"data\": ...}}")
-    kind = spec.get("type")
-    if kind is None or str(kind).upper() in _SCHEMA_TYPES:
-        named = kind or "a schema (" + ", ".join(f for f in _SCHEMA_FIELDS if f in spec) + ")"
-        raise RestError(
-            422,
-            ErrorCode.UNPROCESSABLE,
-            f"{where}: {named} needs a schema registry, which this server does not use; give "
-            f"\"type\" as one of {', '.join(_TYPES)}",
-        )
-    kind = str(kind).upper()
-    data = spec.get("data")
-    if kind not in _TYPES:
-        raise bad_request(f"{where}.type {spec['type']!r} is not one of {', '.join(_TYPES)}")
-    if data is None:
-        return None, kind
-    if kind == "BINARY":
-        return _base64(data, f"{where}.data"), kind
-    if kind == "STRING":
-        if not isinstance(data, str):
-            raise bad_request(f"{where}.data must be a string for type STRING")
-        return data.encode(), kind
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode(), kind
-
-
-def _base64(data: object, where: str) -> bytes:
-    if not isinstance(data, str):
-        raise bad_request(f"{where} must be a base64 string, not {type(data).__name__}")
-    try:
-        return base64.b64decode(data, validate=True)
-    except binascii.Error as exc:
-        raise bad_request(f"{where}={data[:40]!r} is not base64: {exc}") from None
-
-
-def _timestamp(value: object) -> int | None:
-    if value is None:
-        return None
-    if type(value) is int and value >= 0:
-        return value
-    if isinstance(value, str):
-        try:
-            moment = datetime.datetime.fromisoformat(value)
-        except ValueError:
-            pass
-        else:
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=datetime.UTC)
-            return int(moment.timestamp() * 1000)
-    raise bad_request(
-        f"timestamp {value!r} is neither ISO 8601 (2021-02-05T19:14:42Z) nor milliseconds"
-    )
-
-
-class ObjectSplitter:
-    """Cuts a byte stream of concatenated JSON objects into one bytes slice per object.
-
-    Only the nesting of braces outside strings is followed; each slice is parsed afterwards.
-    """
-
-    _OUTSIDE = re.compile(rb'[{}"]')
-    _INSIDE = re.compile(rb'["\\]')
-    _SPACE = b" \t\r\n"
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-        self._scan = 0  # where scanning resumes
-        self._depth = 0
-        self._in_string = False
-
-    @property
-    def pending(self) -> int:
-        """Bytes held of an object not complete yet."""
-        return len(self._buffer)
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """The objects completed by ``data``.
-
-        Raises:
-            RestError: 400 when something other than an object starts at the top level.
-        """
-        buffer = self._buffer
-        buffer += data
-        found: list[bytes] = []
-        position = self._scan
-        while position < len(buffer):
-            if self._depth == 0:
-                while position < len(buffer) and buffer[position] in self._SPACE:
-                    position += 1
-                if position == len(buffer):
-                    break
-                if buffer[position] != ord("{"):
-                    raise bad_request(
-                        "the body must be JSON objects one after the other; found "
-                        f"{bytes(buffer[position : position + 20])!r}"
-                    )
-                del buffer[:position]
-                position = 0
-            pattern = self._INSIDE if self._in_string else self._OUTSIDE
-            match = pattern.search(buffer, position)
-            if match is None:
-                position = len(buffer)
-                break
-            char = buffer[match.start()]
-            position = match.end()
-            if self._in_string:
-                if char == ord("\\"):
-                    position += 1  # the escaped character, whatever it is
-                else:
-                    self._in_string = False
-            elif char == ord('"'):
-                self._in_string = True
-            elif char == ord("{"):
-                self._depth += 1
-            else:
-                self._depth -= 1
-                if self._depth == 0:
-                    found.append(bytes(buffer[:position]))
-                    del buffer[:position]
-                    position = 0
-        self._scan = position
-        return found
-
-    def leftover(self) -> bool:
-        """Whether bytes other than whitespace remain (an object cut off by the body's end)."""
-        return bool(bytes(self._buffer).strip())
-
-
 @dataclass(slots=True)
 class _Answer:
-    """One record's answer to come: an error now, or a record future to wait for."""
+    """One record's answer to come: an error now, or a record future to wait for. Only what
+    the answer names is kept of the record, not its bytes."""
 
     error: RestError | None = None
     future: FutureRecordMetadata | None = None
-    record: _Record | None = None
+    key_type: str | None = None
+    value_type: str | None = None
+    size: int = 0
 
 
 _END = _Answer()
+
+
+class _Unanswered:
+    """Counts records read and not answered, by number and bytes; the stream's one reader
+    waits while either is over its bound."""
+
+    def __init__(self, records: int, size: int) -> None:
+        self._max_records = records
+        self._max_bytes = size
+        self.records = 0
+        self.bytes = 0
+        self._room = asyncio.Event()
+
+    def _fits(self, size: int) -> bool:
+        # One record always goes in, however large: the stream must move.
+        return self.records < self._max_records and (
+            self.records == 0 or self.bytes + size <= self._max_bytes
+        )
+
+    async def add(self, size: int) -> None:
+        while not self._fits(size):
+            self._room.clear()
+            await self._room.wait()
+        self.add_nowait(size)
+
+    def add_nowait(self, size: int) -> None:
+        """Counts one more without waiting: for the answer that ends a failed stream."""
+        self.records += 1
+        self.bytes += size
+
+    def remove(self, size: int) -> None:
+        self.records -= 1
+        self.bytes -= size
+        self._room.set()
 
 
 class ProduceRecords:
@@ -309,47 +185,80 @@ class _Stream:
         self._partitions = partitions
         self._cluster_id = cluster_id
         self._receive = receive
+        # Bounded by write.timeout.ms (the app's BoundedWrites): a stalled client raises.
         self._send = send
         self._answers: asyncio.Queue[_Answer] = asyncio.Queue()
-        self._unanswered = asyncio.Semaphore(MAX_UNANSWERED)
+        self._unanswered = _Unanswered(MAX_UNANSWERED, gateway.settings.max_body_bytes)
         self._records = 0
         self._body_done = False
-        self._cut_short = False
+        # Why reading stopped before the body's end, answered after the records read.
+        self._cut_short: RestError | None = None
         self._disconnected = False
+        self._held = 0  # body budget bytes held for the object being read
 
     async def run(self) -> None:
         reader = asyncio.ensure_future(self._read())
         try:
             await self._write()
         finally:
+            # Also when the writer failed (a client that takes no answers): stop reading.
             reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+            # wait(), not the task itself: a cancellation of this request must still reach it.
+            await asyncio.wait([reader])
 
     # --- reading
 
     async def _read(self) -> None:
         try:
             await self._read_records()
+        except Exception as exc:
+            # Answered, never dropped: the client learns the stream failed where it did.
+            log.exception("a v3 stream to topic %r failed while reading", self._topic)
+            self._records += 1
+            self._unanswered.add_nowait(0)
+            self._answers.put_nowait(
+                _Answer(
+                    error=RestError(
+                        500,
+                        ErrorCode.INTERNAL,
+                        f"the server failed reading this stream ({type(exc).__name__}); the "
+                        "records answered before this were handled, the rest were not read",
+                    )
+                )
+            )
         finally:
+            self._gateway.budget.give(self._held)
+            self._held = 0
             self._answers.put_nowait(_END)
 
     async def _read_records(self) -> None:
         gateway = self._gateway
         settings = gateway.settings
+        loop = asyncio.get_running_loop()
+        stream_end = loop.time() + settings.stream_max_duration_ms / 1000
         splitter = ObjectSplitter()
         started = asyncio.ensure_future(gateway.draining.started.wait())
         try:
             while True:
+                left = stream_end - loop.time()
                 receiving = asyncio.ensure_future(self._receive())
                 done, _ = await asyncio.wait(
                     {receiving, started},
-                    timeout=settings.read_timeout_ms / 1000,
+                    timeout=max(min(settings.read_timeout_ms / 1000, left), 0.0),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if receiving not in done:
                     receiving.cancel()
                     if started in done:
-                        self._cut_short = True
+                        self._cut_short = _shutting_down()
+                    elif loop.time() >= stream_end:
+                        self._cut_short = RestError(
+                            408,
+                            ErrorCode.REQUEST_TIMEOUT,
+                            "the stream was read for stream.max.duration.ms="
+                            f"{settings.stream_max_duration_ms} ms and is closed; send the "
+                            "records after the ones answered on a new stream",
+                        )
                     else:
                         await self._answer_error(
                             RestError(
@@ -365,22 +274,26 @@ class _Stream:
                     self._disconnected = True
                     return
                 chunk: bytes = message.get("body", b"")
+                # The chunk is held until its objects are parsed; what is left of an object
+                # not complete yet stays held.
                 if not await gateway.budget.take(len(chunk), settings.buffer_wait_ms / 1000):
                     await self._answer_error(
                         RestError(
                             429,
                             ErrorCode.TOO_MANY_REQUESTS,
                             f"the server holds body.budget.bytes={gateway.budget.total} bytes "
-                            "of requests already; the stream is closed, retry after 1 s",
-                            retry_after=1,
+                            f"of requests already; the stream is closed, retry after "
+                            f"{RETRY_AFTER_FULL_S} s",
+                            retry_after=RETRY_AFTER_FULL_S,
                         )
                     )
                     return
-                try:
-                    if not await self._records_of(splitter, chunk):
-                        return
-                finally:
-                    gateway.budget.give(len(chunk))
+                self._held += len(chunk)
+                going_on = await self._records_of(splitter, chunk)
+                gateway.budget.give(self._held - splitter.pending)
+                self._held = splitter.pending
+                if not going_on:
+                    return
                 if not message.get("more_body", False):
                     self._body_done = True
                     if splitter.leftover():
@@ -402,21 +315,19 @@ class _Stream:
             return False
         for raw in objects:
             if gateway.draining.started.is_set():
-                self._cut_short = True
+                self._cut_short = _shutting_down()
                 return False
             self._records += 1
+            size = len(raw)
             try:
-                if len(raw) > limit:
+                if size > limit:
                     raise RestError(
                         413,
                         ErrorCode.PAYLOAD_TOO_LARGE,
-                        f"a record object is {len(raw)} bytes, more than max.body.bytes={limit}",
+                        f"a record object is {size} bytes, more than max.body.bytes={limit}",
                     )
-                try:
-                    document = json.loads(raw)
-                except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                    raise bad_request(f"a record is not valid JSON: {exc}") from None
-                record = parse_record(document)
+                record = parse_record(decode_json(raw, "a record"))
+                del raw
                 partition = record.partition
                 if partition is not None and partition >= self._partitions:
                     raise RestError(
@@ -436,7 +347,14 @@ class _Stream:
             except RestError as error:
                 await self._put(_Answer(error=error))
                 continue
-            await self._put(_Answer(future=future, record=record))
+            await self._put(
+                _Answer(
+                    future=future,
+                    key_type=record.key_type,
+                    value_type=record.value_type,
+                    size=size,
+                )
+            )
         if splitter.pending > limit:
             await self._answer_error(
                 RestError(
@@ -455,9 +373,9 @@ class _Stream:
         await self._put(_Answer(error=error))
 
     async def _put(self, answer: _Answer) -> None:
-        # Waits while MAX_UNANSWERED answers are pending: a client that does not read its
-        # answers stops being read (every wait of the writer has a bound, so this one does).
-        await self._unanswered.acquire()
+        # Waits while too many answers are pending: a client that does not read its answers
+        # stops being read (every send of the writer has a bound, so this wait does too).
+        await self._unanswered.add(answer.size)
         self._answers.put_nowait(answer)
 
     # --- answering
@@ -467,18 +385,19 @@ class _Stream:
         if answer is _END:
             if self._disconnected:
                 return
-            error = (
-                _shutting_down()
-                if self._cut_short
-                else RestError(
-                    422, ErrorCode.UNPROCESSABLE, "Payload error. Request body is empty."
-                )
+            error = self._cut_short or RestError(
+                422, ErrorCode.INVALID_PAYLOAD, "Request body is empty. Data is required."
             )
             await _send_whole(self._send, error.status, json_error(error), error.headers())
             return
         body, failed = await self._resolve(answer)
         following = await self._next_if_ready()
-        if failed is not None and following is _END and self._records == 1 and not self._cut_short:
+        if (
+            failed is not None
+            and following is _END
+            and self._records == 1
+            and self._cut_short is None
+        ):
             # A request of one record: its own status, as a plain request would get.
             await _send_whole(self._send, failed.status, body, failed.headers())
             return
@@ -494,13 +413,13 @@ class _Stream:
         while answer is not _END:
             if self._disconnected:
                 # Nobody to answer; the records are the producer's now, and need no watching.
-                self._unanswered.release()
+                self._unanswered.remove(answer.size)
             else:
                 body, _ = await self._resolve(answer)
                 await self._chunk(body)
             answer = await self._answers.get()
-        if self._cut_short and not self._body_done:
-            await self._chunk(json_error(_shutting_down()))
+        if self._cut_short is not None and not self._body_done:
+            await self._chunk(json_error(self._cut_short))
         if not self._disconnected:
             await self._send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -514,28 +433,21 @@ class _Stream:
     async def _chunk(self, body: bytes) -> None:
         if self._disconnected:
             return
-        try:
-            # A client that stops reading its answers fills the socket; it gets as long as one
-            # that stops sending.
-            async with asyncio.timeout(self._gateway.settings.read_timeout_ms / 1000):
-                await self._send(
-                    {"type": "http.response.body", "body": body + _SEPARATOR, "more_body": True}
-                )
-        except TimeoutError:
-            self._disconnected = True
+        await self._send(
+            {"type": "http.response.body", "body": body + _SEPARATOR, "more_body": True}
+        )
 
     async def _resolve(self, answer: _Answer) -> tuple[bytes, RestError | None]:
-        self._unanswered.release()
+        self._unanswered.remove(answer.size)
         if answer.error is not None:
             return json_error(answer.error), answer.error
         assert answer.future is not None
-        assert answer.record is not None
         [outcome] = await self._gateway.settle([answer.future])
         if isinstance(outcome, RestError):
             return json_error(outcome), outcome
-        return self._success(outcome, answer.record), None
+        return self._success(outcome, answer), None
 
-    def _success(self, metadata: RecordMetadata, record: _Record) -> bytes:
+    def _success(self, metadata: RecordMetadata, answer: _Answer) -> bytes:
         found: dict[str, object] = {
             "error_code": 200,
             "cluster_id": self._cluster_id,
@@ -544,11 +456,11 @@ class _Stream:
             "offset": metadata.offset,
             "timestamp": iso_timestamp(metadata.timestamp),
         }
-        if record.key_type is not None:
-            found["key"] = {"type": record.key_type, "size": max(metadata.serialized_key_size, 0)}
-        if record.value_type is not None:
+        if answer.key_type is not None:
+            found["key"] = {"type": answer.key_type, "size": max(metadata.serialized_key_size, 0)}
+        if answer.value_type is not None:
             found["value"] = {
-                "type": record.value_type,
+                "type": answer.value_type,
                 "size": max(metadata.serialized_value_size, 0),
             }
         return json.dumps(found, separators=(",", ":")).encode()
@@ -560,7 +472,7 @@ def _shutting_down() -> RestError:
         ErrorCode.SERVICE_UNAVAILABLE,
         "the server is shutting down: the records sent after the ones answered were not read; "
         "send them again to another instance",
-        retry_after=5,
+        retry_after=RETRY_AFTER_OUTAGE_S,
     )
 
 

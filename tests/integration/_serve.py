@@ -110,6 +110,36 @@ async def read_topic(bootstrap: str, topic: str, expected: int) -> list[Consumer
         await consumer.stop()
 
 
+async def read_positions(
+    bootstrap: str, topic: str, positions: set[tuple[int, int]]
+) -> dict[tuple[int, int], ConsumerRecord[Any, Any]]:
+    """The records at ``positions`` (partition, offset) of ``topic``, reading from the start
+    until every one is found or ``CONSUME_TIMEOUT_S`` passed; fails on a position read twice."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        found: dict[tuple[int, int], ConsumerRecord[Any, Any]] = {}
+        deadline = time.monotonic() + CONSUME_TIMEOUT_S
+        while not positions <= found.keys():
+            if time.monotonic() > deadline:
+                missing = sorted(positions - found.keys())
+                pytest.fail(f"{topic}: no record at {missing} within {CONSUME_TIMEOUT_S}s")
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
+                for record in batch:
+                    position = (record.partition, record.offset)
+                    assert position not in found, f"{position} read twice"
+                    found[position] = record
+        return found
+    finally:
+        await consumer.stop()
+
+
 def by_position(records: Sequence[ConsumerRecord[Any, Any]]) -> dict[tuple[int, int], Any]:
     """Records by (partition, offset); fails if any position holds two (a duplicate read)."""
     found = {(r.partition, r.offset): r for r in records}

@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from ._serve import by_position, metric_samples, read_topic, serving
+from ._serve import by_position, metric_samples, read_positions, read_topic, serving
 
 if TYPE_CHECKING:
     from conftest import TopicFactory
@@ -208,6 +208,34 @@ async def test_v3_stream_answers_every_record_in_order_while_more_are_being_sent
         assert found.value == b"rec-%d" % i
 
 
+async def test_v3_stream_ends_after_its_maximum_duration(
+    tmp_path: Path, kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    topic = await topic_factory(partitions=1)
+    still_sending = asyncio.Event()
+
+    async def body() -> Any:
+        yield b'{"value":{"type":"STRING","data":"in-time"}}\n'
+        # The client would go on: only the server's bound ends the stream.
+        await asyncio.wait_for(still_sending.wait(), 60)
+
+    async with (
+        serving(tmp_path, kafka_bootstrap, "--stream-max-duration-ms", "1500") as server,
+        aiohttp.ClientSession() as session,
+    ):
+        url = f"{server.base_url}/v3/clusters/any/topics/{topic}/records"
+        async with session.post(
+            url, data=body(), headers={"Content-Type": "application/json"}
+        ) as response:
+            assert response.status == 200
+            lines = await asyncio.wait_for(response.content.read(), 30)
+        still_sending.set()
+        await server.stop()
+    answers = [json.loads(line) for line in lines.splitlines() if line.strip()]
+    assert [a["error_code"] for a in answers] == [200, 408], answers
+    assert "stream.max.duration.ms=1500" in answers[1]["message"]
+
+
 # REST Proxy's documented examples, run as written but for host and port (localhost:8082).
 # https://docs.confluent.io/platform/current/kafka-rest/quickstart.html
 QUICKSTART_V2 = """curl -X POST -H "Content-Type: application/vnd.kafka.json.v2+json" \\
@@ -282,7 +310,8 @@ async def test_rest_proxy_documented_curl_examples_run_unchanged(
         assert answer["cluster_id"] == "xFhUvurESIeeCI87SXWR-Q"
         assert answer["value"]["size"] == len(value)
         produced.append((answer["partition_id"], answer["offset"], value))
-    records = by_position(await read_topic(kafka_bootstrap, "jsontest", 1))
+    # "jsontest" is shared by every run: read until each position answered is found.
+    records = await read_positions(kafka_bootstrap, "jsontest", {(p, o) for p, o, _ in produced})
     for partition, offset, value in produced:
         assert records[(partition, offset)].value == value
 
@@ -325,7 +354,13 @@ async def test_bad_requests_get_rest_proxy_error_bodies(
             (v3, {"value": {"data": 1}}, "application/json", 422, 422),
             (v3, {"value": {"type": "STRING", "data": "x" * 30000}}, "application/json", 413, 413),
             (v3, {"partition_id": 7, "value": None}, "application/json", 404, 40402),
-            (v3, b"", "application/json", 422, 422),
+            (v3, b"", "application/json", 422, 42206),
+            (v3, {"value": None, "timestamp": 253402300800000}, "application/json", 400, 400),
+            (v3, {"value": None, "timestamp": -5}, "application/json", 400, 400),
+            (v3, {"value": None, "headers": 5}, "application/json", 400, 400),
+            (v3, b'{"value":{"type":"STRING","data":"\\ud800"}}', "application/json", 400, 400),
+            (v3, b'{"value":{"type":"JSON","data":' + b"[" * 5000 + b"]" * 5000 + b"}}",
+             "application/json", 400, 400),
             (v3.replace(topic, f"no-{topic}"), {"value": None}, "application/json", 404, 404),
         ]  # fmt: skip
         for url, body, content_type, status, code in checks:

@@ -132,6 +132,34 @@ async def test_credentials_from_the_auth_file_allow_their_topics_only(
         ) as response:
             assert response.status == 200
             bearer_answer = await response.json(content_type=None)
+        # The partition route, v3 and describing a topic are guarded the same way.
+        partition_url = f"{base}/topics/{mine}/partitions/1"
+        async with session.post(
+            partition_url, data=v2_body(b"anonymous-partition"), headers={"Content-Type": BINARY}
+        ) as response:
+            assert response.status == 401
+        async with session.post(
+            partition_url,
+            data=v2_body(b"bot-partition"),
+            headers={"Content-Type": BINARY, "X-API-Key": bot_key},
+        ) as response:
+            assert response.status == 403
+            assert (await response.json(content_type=None))["error_code"] == 40301
+        async with session.post(
+            f"{base}/v3/clusters/c/topics/{mine}/records",
+            data=b'{"value":{"type":"STRING","data":"bot-v3-mine"}}',
+            headers={"Content-Type": "application/json", "X-API-Key": bot_key},
+        ) as response:
+            assert response.status == 403
+            assert (await response.json(content_type=None))["error_code"] == 40301
+        async with session.get(f"{base}/topics/{theirs}", headers=basic("alice", alice_secret)) as (
+            response
+        ):
+            assert response.status == 403
+        async with session.get(f"{base}/topics/{mine}", headers=basic("alice", alice_secret)) as (
+            response
+        ):
+            assert response.status == 200
         async with session.get(f"{base}/topics", headers=basic("alice", alice_secret)) as response:
             assert await response.json(content_type=None) == [mine]
         async with session.get(f"{base}/topics") as response:
@@ -139,6 +167,11 @@ async def test_credentials_from_the_auth_file_allow_their_topics_only(
         for path in ("/healthz", "/readyz"):
             async with session.get(f"{base}{path}") as response:
                 assert response.status == 200, path
+        # Readiness without credentials says ready, not which cluster and brokers.
+        async with session.get(f"{base}/readyz") as response:
+            assert await response.json() == {"status": "ready"}
+        async with session.get(f"{base}/readyz", headers={"X-API-Key": bot_key}) as response:
+            assert set(await response.json()) == {"status", "cluster_id", "brokers"}
         async with session.get(f"{base}/metrics") as response:
             assert response.status == 401
         async with session.get(f"{base}/metrics", headers={"X-API-Key": bot_key}) as response:
