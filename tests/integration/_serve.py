@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from ._servers import ServerProcess, Service, free_port
+from .test_web import consume_all
 
 SERVER_START_TIMEOUT_S = 60.0
 SERVER_STOP_TIMEOUT_S = 90.0
@@ -89,25 +90,7 @@ async def wait_ready(
 
 async def read_topic(bootstrap: str, topic: str, expected: int) -> list[ConsumerRecord[Any, Any]]:
     """Every record of ``topic``, waiting until ``expected`` arrived, plus one short poll."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        await consumer._client.force_metadata_update()
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        records: list[ConsumerRecord[Any, Any]] = []
-        deadline = time.monotonic() + CONSUME_TIMEOUT_S
-        while len(records) < expected and time.monotonic() < deadline:
-            for batch in (await consumer.getmany(timeout_ms=500)).values():
-                records.extend(batch)
-        for batch in (await consumer.getmany(timeout_ms=300)).values():
-            records.extend(batch)
-        return records
-    finally:
-        await consumer.stop()
+    return await consume_all(bootstrap, topic, expected)
 
 
 async def read_positions(
