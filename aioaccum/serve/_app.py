@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from aioaccum import AioAccumError, ProducerState
+from aioaccum import AioAccumError, Producer, ProducerState
 from aioaccum._describe import ClusterReader
 from aioaccum.integrations._lifecycle import shutdown_producer, start_producer
 from aioaccum.prometheus import ProducerCollector
@@ -166,6 +166,12 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     )
 
 
+def _failed_records(producer: Producer) -> int:
+    """Records that failed since the producer started (a lifetime total, kept even with
+    metrics_enabled=False)."""
+    return int(producer.metrics().get("record-error-total", 0.0))
+
+
 async def _flush_when_draining(gateway: Gateway) -> None:
     """Send what is buffered as soon as a shutdown starts: requests in flight wait for those
     acknowledgements, and would otherwise wait out a long linger.ms into the grace period."""
@@ -223,6 +229,7 @@ def create_app(settings: ServeSettings) -> Starlette:
         await reader.start()
         try:
             producer = await start_producer(config, None)
+            failed_before = 0
             try:
                 gateway = Gateway(settings, producer, reader, auth, draining)
                 app.state.gateway = gateway
@@ -234,10 +241,21 @@ def create_app(settings: ServeSettings) -> Starlette:
                     yield
                 finally:
                     flusher.cancel()
+                    # Failures from here on reach no client that could send the record again
+                    # (those answered 503 at the grace's end were told it may still be written).
+                    failed_before = _failed_records(producer)
                     for collector in collectors:
                         registry.unregister(collector)
             finally:
                 dropped = await shutdown_producer(producer, settings.close_timeout_ms / 1000)
+                failed = _failed_records(producer) - failed_before
+                if failed > dropped:
+                    log.warning(
+                        "%d record(s) failed while the producer flushed at shutdown "
+                        "(delivery timeout or broker refusals; see above)",
+                        failed - dropped,
+                    )
+                    dropped = failed
                 # The exit status says whether accepted records were lost (see _run).
                 app.state.dropped = dropped
                 app.state.shutdown_ran = True

@@ -17,7 +17,14 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from aioaccum import AioAccumError, FutureRecordMetadata, Producer, RecordMetadata, wait_all
+from aioaccum import (
+    AioAccumError,
+    FutureRecordMetadata,
+    Producer,
+    ProducerTimeoutError,
+    RecordMetadata,
+    wait_all,
+)
 from aioaccum._describe import ClusterReader, ClusterSnapshot, TopicInfo
 
 from ._auth import AuthFile, Principal
@@ -287,9 +294,8 @@ class Gateway:
             # (503), not a full buffer, and buffer.wait.ms below is then the pool's wait alone.
             async with asyncio.timeout(self._max_block_s):
                 await self.producer.partitions_for(topic)
-        except AioAccumError as exc:
-            raise rest_error_for(exc) from exc
-        except TimeoutError:
+        except (TimeoutError, ProducerTimeoutError):
+            # Either bound may end it first: the producer's own max.block.ms, or this one.
             raise RestError(
                 503,
                 ErrorCode.BROKER_NOT_AVAILABLE,
@@ -298,6 +304,8 @@ class Gateway:
                 f"retry after {RETRY_AFTER_OUTAGE_S} s",
                 retry_after=RETRY_AFTER_OUTAGE_S,
             ) from None
+        except AioAccumError as exc:
+            raise rest_error_for(exc) from exc
         try:
             # A send() that raises, cancelled by the timeout too, has buffered nothing.
             async with asyncio.timeout(self._buffer_wait_s):

@@ -225,6 +225,9 @@ class _Supervisor:
     def _watch(self, listener: socket.socket) -> bool:
         """Replace workers that die until a signal comes; True if one could not even start."""
         due: dict[int, float] = {}  # worker index -> when its replacement starts
+        # A first worker that cannot start means a bad setting: stop. A replacement that
+        # cannot start (a broker outage meanwhile) is tried again after the backoff.
+        replaced: set[int] = set()
         while not self._stopping.is_set():
             live = [w.sentinel for i, w in enumerate(self._workers) if i not in due]
             multiprocessing.connection.wait(live, timeout=0.5)
@@ -235,11 +238,12 @@ class _Supervisor:
                 if index in due:
                     if now >= due[index]:
                         del due[index]
+                        replaced.add(index)
                         self._workers[index] = self._start(listener)
                     continue
                 if worker.exitcode is None:
                     continue
-                if worker.exitcode == _STARTUP_FAILURE:
+                if worker.exitcode == _STARTUP_FAILURE and index not in replaced:
                     log.error("worker %d could not start (see above); stopping", worker.pid)
                     self._stopping.set()
                     self._stop()

@@ -194,6 +194,12 @@ class ServeSettings:
                 "no Kafka cluster to produce to: give --bootstrap-server HOST:PORT, or "
                 "bootstrap.servers in --producer.config"
             )
+        if self.body_budget_bytes < self.max_body_bytes:
+            # A body the budget can never hold would be refused 429, "retry", for ever.
+            raise ConfigError(
+                f"body.budget.bytes={self.body_budget_bytes} is less than max.body.bytes="
+                f"{self.max_body_bytes}: raise the budget or lower the largest body"
+            )
         object.__setattr__(self, "producer_config", ProducerConfig.from_properties(props))
 
     def __getstate__(self) -> dict[str, Any]:

@@ -284,6 +284,12 @@ def _parsed_size(records: list[_Record]) -> int:
     )
 
 
+# Errors after which the records that follow in the same request are not tried.
+_STOPS_THE_REST = frozenset(
+    {ErrorCode.TOO_MANY_REQUESTS, ErrorCode.SERVICE_UNAVAILABLE, ErrorCode.BROKER_NOT_AVAILABLE}
+)
+
+
 async def _send_all(
     gateway: Gateway, topic: str, path_partition: int | None, records: list[_Record]
 ) -> tuple[list[FutureRecordMetadata], dict[int, RestError]]:
@@ -297,10 +303,11 @@ async def _send_all(
             )
         except RestError as error:
             failures[index] = error
-            if error.code in (ErrorCode.TOO_MANY_REQUESTS, ErrorCode.SERVICE_UNAVAILABLE):
-                # The buffer is full or the server stops: the records after this one would
-                # meet the same, so none of them is sent (each gets this error), and the
-                # client can send the rest again in order.
+            if error.code in _STOPS_THE_REST:
+                # The buffer is full, the brokers are out of reach or the server stops: the
+                # records after this one would meet the same (each after its own wait), so
+                # none of them is sent (each gets this error), and the client can send the
+                # rest again in order.
                 for later in range(index + 1, len(records)):
                     failures[later] = error
                 break

@@ -64,6 +64,10 @@ Send = Callable[[Message], Awaitable[None]]
 # its answers cannot make the server hold more.
 MAX_UNANSWERED = 10_000
 _SEPARATOR = b"\r\n"
+# Errors after which a stream reads no more records.
+_ENDS_THE_STREAM = frozenset(
+    {ErrorCode.TOO_MANY_REQUESTS, ErrorCode.SERVICE_UNAVAILABLE, ErrorCode.BROKER_NOT_AVAILABLE}
+)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -275,8 +279,11 @@ class _Stream:
                     return
                 chunk: bytes = message.get("body", b"")
                 # The chunk is held until its objects are parsed; what is left of an object
-                # not complete yet stays held.
-                if not await gateway.budget.take(len(chunk), settings.buffer_wait_ms / 1000):
+                # not complete yet stays held. An empty one (the end of a chunked body) holds
+                # nothing and must not queue behind other requests for the budget.
+                if chunk and not await gateway.budget.take(
+                    len(chunk), settings.buffer_wait_ms / 1000
+                ):
                     await self._answer_error(
                         RestError(
                             429,
@@ -346,6 +353,11 @@ class _Stream:
                 )
             except RestError as error:
                 await self._put(_Answer(error=error))
+                if error.code in _ENDS_THE_STREAM:
+                    # Each record after this one would wait out the same full buffer or
+                    # missing brokers: the stream ends with this record's answer, and the
+                    # client sends the rest again once it may.
+                    return False
                 continue
             await self._put(
                 _Answer(

@@ -82,7 +82,8 @@ async def test_full_buffer_answers_429_with_retry_after_and_memory_stays_bounded
     async with (
         serving(
             tmp_path, proxy.bootstrap, "--buffer-wait-ms", "300",
-            "--body-budget-bytes", str(budget), producer_props=props,
+            "--body-budget-bytes", str(budget), "--max-body-bytes", str(budget // 2),
+            producer_props=props,
         ) as server,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
         as session,
@@ -122,12 +123,13 @@ async def test_full_buffer_answers_429_with_retry_after_and_memory_stays_bounded
     reasons: set[str] = set()
     for answer, headers, took in rejected:
         assert answer["error_code"] == 42901
-        found = [r for r in ("buffer.memory=262144", "body.budget.bytes") if r in answer["message"]]
+        full = f"buffer.memory={buffer_memory}"
+        found = [r for r in (full, "body.budget.bytes") if r in answer["message"]]
         assert found, answer
         reasons.update(found)
         assert headers["Retry-After"] == "1"
         assert took < 30, "a refusal must come after buffer.wait.ms, not after the stall"
-    assert "buffer.memory=262144" in reasons, "the producer's buffer never filled"
+    assert f"buffer.memory={buffer_memory}" in reasons, "the producer's buffer never filled"
     # Bodies and parsed records stay within the budget until they are in the producer's
     # buffer, which has its own bound; each connection adds what the HTTP server reads ahead
     # of the application (at most 64 KiB) and its own objects.
@@ -145,7 +147,9 @@ async def test_bodies_held_over_the_budget_are_refused_429(
     tmp_path: Path, kafka_bootstrap: str, topic_factory: TopicFactory
 ) -> None:
     topic = await topic_factory(partitions=3)
-    async with serving(tmp_path, kafka_bootstrap, "--body-budget-bytes", "100000") as server:
+    async with serving(
+        tmp_path, kafka_bootstrap, "--body-budget-bytes", "100000", "--max-body-bytes", "50000"
+    ) as server:
         port = int(server.base_url.rsplit(":", 1)[1])
         head = (
             f"POST /topics/{topic} HTTP/1.1\r\nHost: x\r\nContent-Type: {BINARY}\r\n"

@@ -345,3 +345,11 @@ def test_listening_beyond_loopback_without_auth_or_tls_is_warned(
         _warn_if_exposed(ServeSettings.create(props, listen="0.0.0.0:8082"))
     [record] = caplog.records
     assert "auth (--auth-file) or TLS" in record.getMessage()
+
+
+def test_a_budget_smaller_than_the_largest_body_is_refused() -> None:
+    # Such a body could never be held: it would be answered 429, "retry", for ever.
+    props = {"bootstrap.servers": "b:9092"}
+    with pytest.raises(ConfigError, match=r"budget.bytes=1000 is less than max.body.bytes=2000"):
+        ServeSettings.create(props, body_budget_bytes=1000, max_body_bytes=2000)
+    assert ServeSettings.create(props, body_budget_bytes=2000, max_body_bytes=2000)
