@@ -1,5 +1,6 @@
 """``aioaccum serve`` under load and faults: a full buffer (429), bounded memory, brokers out of
-reach (503, /readyz), SIGTERM with requests in flight, and several worker processes.
+reach (503, /readyz), a broker killed with ``kill -9``, SIGTERM with requests in flight, and
+several worker processes.
 
 Brokers are taken out of the server's reach with the loopback fault proxy (tests/faults/proxy.py):
 the server bootstraps at the proxy's ports, so every connection it opens goes through it, while
@@ -14,9 +15,11 @@ import json
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from itertools import count
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 import pytest
@@ -248,6 +251,117 @@ async def test_brokers_out_of_reach_answer_503_and_readyz_says_so(
     values = [r.value for r in await read_topic(kafka_bootstrap, known, 2)]
     assert b"before" in values
     assert b"after" in values
+
+
+# Short enough that an outage is answered in seconds; delivery.timeout.ms must cover
+# linger.ms + request.timeout.ms, or the producer refuses the settings.
+SHORT_TIMEOUTS = {
+    "max.block.ms": "3000",
+    "delivery.timeout.ms": "6000",
+    "request.timeout.ms": "2000",
+    "linger.ms": "5",
+    "retry.backoff.ms": "100",
+}
+# An answer about a dead broker must come within this, whatever the producer retries.
+OUTAGE_ANSWER_S = 30.0
+Answer = tuple[int, dict[str, Any], dict[str, str], float]
+
+
+async def within(seconds: float, what: str, answer: Awaitable[Answer]) -> Answer:
+    """``answer``, or the test fails (rather than hangs) once ``seconds`` have passed."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await answer
+    except TimeoutError:
+        pytest.fail(f"{what}: no answer within {seconds}s")
+
+
+# A broker start can take a minute or more on a busy machine; the bound covers that, so the
+# finally block can bring the node back before the test is stopped.
+@pytest.mark.timeout(600)
+async def test_killed_leader_of_an_unreplicated_topic_answers_503_in_bounded_time_and_recovers(
+    tmp_path: Path, kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    await cluster.check_managed(kafka_bootstrap)
+    # Replication factor 1: the topic's only replica dies with its broker.
+    lonely = await topic_factory(partitions=1, replication_factor=1)
+    replicated = await topic_factory(partitions=3, replication_factor=3)
+    [victim] = (await cluster.leader_counts(kafka_bootstrap, lonely)).keys()
+    # A partition whose leader lives: its writes must not wait on the dead node at all (one the
+    # victim leads would wait for the controller to elect another leader).
+    partitions = await cluster._partition_metadata(kafka_bootstrap, replicated)
+    spared = next(p["partition"] for p in partitions if p["leader"] != victim)
+    accepted: dict[str, list[tuple[bytes, dict[str, Any]]]] = {lonely: [], replicated: []}
+    statuses: list[int] = []
+    serial = count()
+    async with (
+        serving(tmp_path, kafka_bootstrap, producer_props=SHORT_TIMEOUTS) as server,
+        aiohttp.ClientSession() as session,
+    ):
+
+        async def send(topic: str, path: str = "") -> Answer:
+            value = b"%s-%d" % (topic.encode(), next(serial))
+            answer = await post(session, f"{server.base_url}/topics/{topic}{path}", v2_body(value))
+            if answer[0] == 200:
+                accepted[topic].append((value, answer[1]))
+            return answer
+
+        status, answer, _, _ = await send(lonely)
+        assert status == 200, answer
+        async def fenced() -> bool:
+            try:
+                partitions = await cluster._partition_metadata(kafka_bootstrap, replicated)
+            except Exception:  # the node asked may be the dead one
+                return False
+            [isr] = [p["isr"] for p in partitions if p["partition"] == spared]
+            return victim not in cast(list[int], isr)
+
+        try:
+            await cluster.stop_broker(victim)
+            down = f"node {victim} dead"
+            status, answer, headers, took = await within(OUTAGE_ANSWER_S, down, send(lonely))
+            # With acks=all the leader waits for every in-sync replica, and the dead node stays
+            # in sync until the controller fences it (broker.session.timeout.ms): only then can
+            # any write that it followed succeed.
+            await until(fenced, f"{down}: out of the ISR of {replicated}", OUTAGE_ANSWER_S)
+            spared_status, spared_answer, _, _ = await within(
+                OUTAGE_ANSWER_S, down, send(replicated, f"/partitions/{spared}")
+            )
+        finally:
+            # The cluster is shared with the tests that follow, whatever happened here.
+            if cluster.broker_pid(victim) is None:
+                await cluster.start_broker(victim)
+            for topic in (lonely, replicated):
+                await cluster.wait_fully_replicated(kafka_bootstrap, topic, timeout=120)
+        print(
+            f"\nnode {victim} killed: {lonely} answered {status} {answer} in {took:.1f}s; "
+            f"{replicated} partition {spared} answered {spared_status} {spared_answer}"
+        )
+        assert (status, answer["error_code"]) == (503, 50302), answer
+        # The partition (or topic) and the bound that ran out, whichever of the two it was.
+        assert lonely in answer["message"], answer
+        bounds = ("delivery.timeout.ms", "delivery_timeout_ms", "max.block.ms")
+        assert any(bound in answer["message"] for bound in bounds), answer
+        assert headers["Retry-After"] == "5"
+        assert took < OUTAGE_ANSWER_S
+        assert spared_status == 200, spared_answer
+
+        async def lonely_back() -> bool:
+            status, answer, _, _ = await send(lonely)
+            statuses.append(status)
+            assert status in (200, 503), answer
+            return status == 200
+
+        await until(lonely_back, f"{lonely} written again after node {victim} came back")
+        await server.stop()
+    print(f"after the restart: {statuses}")
+    for topic, records in accepted.items():
+        found = by_position(await read_topic(kafka_bootstrap, topic, len(records)))
+        copies = Counter(record.value for record in found.values())
+        for value, answer in records:
+            [entry] = answer["offsets"]
+            assert found[(entry["partition"], entry["offset"])].value == value, entry
+            assert copies[value] == 1, (value, copies[value])
 
 
 # Nothing leaves the producer until the shutdown flushes it.
