@@ -243,7 +243,12 @@ class SendHooks:
         self.on_acknowledgement(metadata, error)
         if span is not None:
             assert self._tracer is not None
-            self._tracer.end(span, metadata, error)
+            try:
+                self._tracer.end(span, metadata, error)
+            except Exception:
+                # This runs inside the batch's listener, ahead of the record futures' own
+                # callbacks: a tracer that raised here would leave their waiters waiting.
+                self._report(self._tracer, "ending a span")
 
     def _done(
         self,

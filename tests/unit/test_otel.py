@@ -234,3 +234,19 @@ def test_settings_that_contradict_each_other_or_lack_the_library(
     monkeypatch.setattr(config_module, "_has_opentelemetry", lambda: False)
     with pytest.raises(ConfigError, match=r"pip install 'aioaccum\[otel\]'"):
         Producer("fake:9092", tracing=True)
+
+
+async def test_a_tracer_that_raises_on_ending_a_span_never_stalls_the_record_futures(
+    tracer_provider: TracerProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aioaccum.otel import RecordTracer
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("exporter down")
+
+    monkeypatch.setattr(RecordTracer, "end", broken)
+    producer, _ = make(tracer_provider=tracer_provider)
+    async with producer:
+        futures = [await producer.send("t", b"v%d" % i) for i in range(5)]
+        results = await asyncio.wait_for(asyncio.gather(*futures), 10)
+    assert len({(r.partition, r.offset) for r in results}) == 5
