@@ -15,8 +15,10 @@ install can run both (as CI does).
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -44,19 +46,38 @@ def _extension(root: Path, source: Path, depends: list[str]) -> Extension:
     )
 
 
+def _compiled_list() -> ModuleType:
+    """aioaccum/_compiled.py, loaded by path: the one list of compiled modules, read before
+    the package is installed (it uses the standard library only)."""
+    path = Path(__file__).parent / "aioaccum" / "_compiled.py"
+    spec = importlib.util.spec_from_file_location("_aioaccum_compiled", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+COMPILED = _compiled_list()
+
+
 def extensions() -> list[Extension]:
     """One extension per .pyx file, named by its path: aioaccum/_core/x.pyx is aioaccum._core.x."""
     root = Path(__file__).parent
-    return [_extension(root, pyx, []) for pyx in sorted((root / "aioaccum").rglob("*.pyx"))]
+    return [
+        _extension(root, source, [])
+        for source in COMPILED.compiled_files()
+        if source.suffix == ".pyx"
+    ]
 
 
 def compiled_sources() -> list[Extension]:
     """One extension per .py file with a .pxd beside it."""
     root = Path(__file__).parent
     return [
-        _extension(root, pxd.with_suffix(".py"), [pxd.relative_to(root).as_posix()])
-        for pxd in sorted((root / "aioaccum").rglob("*.pxd"))
-        if pxd.with_suffix(".py").exists()
+        _extension(root, source, [source.with_suffix(".pxd").relative_to(root).as_posix()])
+        for source in COMPILED.compiled_files()
+        if source.suffix == ".py"
     ]
 
 

@@ -4,8 +4,8 @@
 from aioaccum import _speedups  # noqa: I001
 
 from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata, ThreadRecordFuture
-from aioaccum._wait import wait_all
-from aioaccum.config import ProducerConfig
+from aioaccum._runtime.wait import wait_all
+from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import (
     AioAccumError,
     AuthenticationError,
@@ -27,7 +27,7 @@ from aioaccum.errors import (
     TransactionFatalError,
 )
 from aioaccum.oauth import OAuthToken
-from aioaccum.pool import BufferPool, PoolStats
+from aioaccum._runtime.pool import BufferPool, PoolStats
 from aioaccum.producer import Producer, ProducerState
 
 _speedups.check_compiled_sources()

@@ -32,6 +32,8 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from aioaccum._compiled import hand_typed_modules, source_modules
+
 __all__ = [
     "COMPILED_MODULES",
     "COMPILED_SOURCES",
@@ -42,27 +44,10 @@ __all__ = [
 ]
 
 ENV_VAR = "AIOACCUM_NO_EXTENSIONS"
-COMPILED_MODULES = ("aioaccum._core._crecords",)
-"""The extension modules built from the ``.pyx`` files (see setup.py)."""
-COMPILED_SOURCES = (
-    "aioaccum._core.futures",
-    "aioaccum._core.batch",
-    "aioaccum._core.partitioner",
-    "aioaccum._core.ready_index",
-    "aioaccum._core.accumulator",
-    "aioaccum.producer",
-    "aioaccum._wait",
-    "aioaccum._many",
-    "aioaccum._validate",
-    "aioaccum.interceptors",
-    "aioaccum.metrics",
-    "aioaccum._core.sender_core",
-    "aioaccum.sender",
-    "aioaccum._kafka",
-    "aioaccum.sync",
-    "aioaccum.pool",
-)
-"""Python modules that setup.py also compiles, from the same source (each has a ``.pxd``)."""
+COMPILED_MODULES = hand_typed_modules()
+"""The extension modules built from the ``.pyx`` files (:mod:`aioaccum._compiled`)."""
+COMPILED_SOURCES = frozenset(source_modules())
+"""Python modules that the build also compiles, from the same source (each has a ``.pxd``)."""
 
 _setting = os.environ.get(ENV_VAR, "")
 

@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aioaccum import _speedups
-from aioaccum._loops import LoopFactory, default_loop_factory, describe_loop
-from aioaccum._settings import FIELDS
-from aioaccum.config import JAVA_TO_PYTHON
+from aioaccum._runtime.loops import LoopFactory, default_loop_factory, describe_loop
+from aioaccum.config.producer_config import JAVA_TO_PYTHON
+from aioaccum.config.settings import FIELDS
 from aioaccum.errors import AioAccumError, ConfigError
 from aioaccum.producer import Producer
 

@@ -3,7 +3,7 @@
 Every error the producer hands to user code derives from :class:`AioAccumError`, so one
 ``except AioAccumError`` catches them all, while the standard bases (``ValueError``,
 ``TimeoutError``) let generic code keep working. Errors raised by aiokafka are translated into
-this tree in exactly one place, ``aioaccum._kafka``.
+this tree in exactly one place, ``aioaccum._kafka.adapter``.
 """
 
 from __future__ import annotations

@@ -46,12 +46,12 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 
 from aioaccum._core.futures import RecordMetadata
 from aioaccum._core.kafka_errors import Errors
+from aioaccum._core.metrics import PRODUCER_METRICS, TOPIC_GROUP, TOPIC_METRICS, MetricValue
+from aioaccum._runtime.hooks import ProducerRecord
 from aioaccum.errors import BrokerError, ConfigError
-from aioaccum.interceptors import ProducerRecord
-from aioaccum.metrics import PRODUCER_METRICS, TOPIC_GROUP, TOPIC_METRICS, MetricValue
 
 if TYPE_CHECKING:
-    from aioaccum.config import ProducerConfig
+    from aioaccum.config.producer_config import ProducerConfig
     from aioaccum.producer import Producer
 
 __all__ = ["RecordTracer", "observe_metrics"]

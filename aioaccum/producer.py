@@ -25,6 +25,7 @@ from aioaccum._core.codecs import CompressionType
 from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata, ThreadRecordFuture
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.lifecycle import move
+from aioaccum._core.metrics import MetricValue, ProducerMetrics
 from aioaccum._core.partitioner import BuiltInPartitioner
 from aioaccum._core.records import (
     MAX_RECORD_OVERHEAD,
@@ -32,17 +33,21 @@ from aioaccum._core.records import (
     estimate_size_in_bytes_upper_bound,
 )
 from aioaccum._core.sender_core import SenderCore
-from aioaccum._kafka import AioKafkaAdapter, KafkaAdapter
-from aioaccum._loops import LOOP_GRACE_S
-from aioaccum._many import ManyResult
-from aioaccum._send_records import RecordLike, send_records
-from aioaccum._validate import (
+from aioaccum._core.validate import (
     as_bytes,
     checked_column,
     validate_headers,
     validate_topic,
 )
-from aioaccum.config import ProducerConfig
+from aioaccum._kafka.adapter import AioKafkaAdapter, KafkaAdapter
+from aioaccum._runtime.hooks import Intercepted, SendHooks
+from aioaccum._runtime.loops import LOOP_GRACE_S
+from aioaccum._runtime.many import ManyResult
+from aioaccum._runtime.pool import BufferPool
+from aioaccum._runtime.send_records import RecordLike, send_records
+from aioaccum._runtime.sender import Sender
+from aioaccum._runtime.transactions import PreparedTransaction, Transactions, TxnState
+from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import (
     AioAccumError,
     ConfigError,
@@ -53,11 +58,6 @@ from aioaccum.errors import (
     RecordTooLargeError,
     TransactionAbortableError,
 )
-from aioaccum.interceptors import Intercepted, SendHooks
-from aioaccum.metrics import MetricValue, ProducerMetrics
-from aioaccum.pool import BufferPool
-from aioaccum.sender import Sender
-from aioaccum.transactions import PreparedTransaction, Transactions, TxnState
 
 __all__ = [
     "FutureRecordMetadata",
@@ -141,7 +141,7 @@ class Producer:
         self._max_block_ms: float = config.max_block_ms
         self._batches_seen = 0
         self._transactions: Transactions | None = None
-        # Interceptors and tracing (aioaccum.interceptors): None when neither is set, and then
+        # Interceptors and tracing (aioaccum._runtime.hooks): None when neither is set, and then
         # the send methods' one test of it is all they cost.
         self._hooks = SendHooks.for_config(config)
 

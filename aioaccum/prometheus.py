@@ -27,8 +27,8 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from aioaccum._core.metrics import TOPIC_GROUP, MetricValue
 from aioaccum.errors import ConfigError
-from aioaccum.metrics import TOPIC_GROUP, MetricValue
 
 __all__ = ["ProducerCollector", "prometheus_name"]
 

@@ -31,12 +31,12 @@ from typing import Any, Self, TypeVar
 
 from aioaccum._core.futures import RecordMetadata, ThreadRecordFuture
 from aioaccum._core.lifecycle import move
-from aioaccum._kafka import KafkaAdapter
-from aioaccum._loops import LOOP_GRACE_S, default_loop_factory
-from aioaccum._send_records import RecordLike
-from aioaccum.config import ProducerConfig
+from aioaccum._core.metrics import MetricValue
+from aioaccum._kafka.adapter import KafkaAdapter
+from aioaccum._runtime.loops import LOOP_GRACE_S, default_loop_factory
+from aioaccum._runtime.send_records import RecordLike
+from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import ConfigError, ProducerClosedError, ProducerTimeoutError
-from aioaccum.metrics import MetricValue
 from aioaccum.producer import Producer
 
 __all__ = ["SyncProducer"]

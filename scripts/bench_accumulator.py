@@ -19,7 +19,7 @@ from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.cluster import StaticCluster
 from aioaccum._core.codecs import CompressionType
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
-from aioaccum.pool import BufferPool
+from aioaccum._runtime.pool import BufferPool
 
 PARTITIONS = 6
 

@@ -17,8 +17,8 @@ import time
 from aioaccum import _speedups
 from aioaccum._core.batch import ProducerBatch
 from aioaccum._core.cluster import TopicPartition
+from aioaccum._core.metrics import ProducerMetrics
 from aioaccum._core.records import MemoryRecordsBuilder
-from aioaccum.metrics import ProducerMetrics
 
 _BATCH_BYTES = 1 << 20
 

@@ -1,4 +1,4 @@
-"""Micro-benchmarks for aioaccum.pool.BufferPool (prints figures; not a test).
+"""Micro-benchmarks for aioaccum._runtime.pool.BufferPool (prints figures; not a test).
 
 Usage: PYTHONPATH=. python scripts/bench_pool.py [--tasks 1000] [--rounds 20] [--uvloop]
 
@@ -19,7 +19,7 @@ import time
 from collections.abc import Coroutine, Generator
 from typing import Any
 
-from aioaccum.pool import BufferPool
+from aioaccum._runtime.pool import BufferPool
 
 POOLABLE = 16 * 1024
 

@@ -23,7 +23,7 @@ from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.batch import ProducerBatch
 from aioaccum._core.cluster import StaticCluster
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
-from aioaccum.pool import BufferPool
+from aioaccum._runtime.pool import BufferPool
 
 TOPIC = "bench"
 NODES = 3

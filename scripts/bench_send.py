@@ -35,7 +35,7 @@ import uvloop
 import aioaccum
 from aioaccum import Producer
 from aioaccum._core.cluster import StaticCluster, TopicPartition
-from aioaccum._kafka import PartitionResponse
+from aioaccum._kafka.adapter import PartitionResponse
 from aioaccum._speedups import describe
 from aioaccum.sync import SyncProducer
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from demo import create_topic, ensure_cluster, kafka_script
 from spark_demo import end_offsets
 
-from aioaccum._spark_rows import (
+from aioaccum.spark.rows import (
     Chunk,
     Tally,
     produce,

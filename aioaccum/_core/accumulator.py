@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A port of Kafka's ``RecordAccumulator``. Each topic-partition owns a deque of
 :class:`ProducerBatch`; appends go to the last batch of the deque, and when it has no room a new
-batch is opened in a buffer borrowed from the :class:`~aioaccum.pool.BufferPool`.
+batch is opened in a buffer borrowed from the :class:`~aioaccum._runtime.pool.BufferPool`.
 :meth:`RecordAccumulator.append` never waits: when the pool has no buffer to give at once it
 answers with a :class:`BufferRequest`, and the caller waits for memory (a coroutine on the pool's
 queue, a thread blocked in it) and appends again.

@@ -59,8 +59,8 @@ class TopicPartitionEntry:
 class TransactionManager:
     """Hands out sequence numbers per partition for one producer id and epoch.
 
-    With a ``transactional_id``, batches are stamped as transactional, and the producer id and
-    epoch come from the transaction coordinator (:mod:`aioaccum.transactions`), never from the
+    With a ``transactional_id``, batches are stamped as transactional, and the producer id and epoch
+    come from the transaction coordinator (:mod:`aioaccum._runtime.transactions`), never from the
     sender: a batch that fails then only records the error that makes the current transaction
     abortable, and a needed reset waits for that transaction's abort.
     """

@@ -1,7 +1,7 @@
 # Compiled declarations for sender_core.py; see futures.pxd.
 from aioaccum._core.accumulator cimport RecordAccumulator
 from aioaccum._core.batch cimport ProducerBatch
-from aioaccum.metrics cimport ProducerMetrics
+from aioaccum._core.metrics cimport ProducerMetrics
 
 
 cdef class SenderCore:

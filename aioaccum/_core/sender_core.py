@@ -2,12 +2,13 @@
 
 Theory of operation
 -------------------
-A port of the deciding half of Kafka's ``Sender``. :class:`SenderCore` is a state machine in
-the style of h11: it is told the time and what happened, it changes the pure state it owns (the
-accumulator's queues, the batches, the idempotence entries, the in-flight counts), and it returns
-:data:`Action` values that say what I/O to do. The asyncio shell (``aioaccum.sender``) carries the
-actions out and reports back; it decides nothing. So every rule here can be tested with a fake
-``now``, a :class:`~aioaccum._core.cluster.StaticCluster` and no event loop.
+A port of the deciding half of Kafka's ``Sender``.
+:class:`SenderCore` is a state machine in the style of h11: it is told the time and what happened,
+it changes the pure state it owns (the accumulator's queues, the batches, the idempotence entries,
+the in-flight counts), and it returns :data:`Action` values that say what I/O to do. The asyncio
+shell (``aioaccum._runtime.sender``) carries the actions out and reports back; it decides nothing.
+So every rule here can be tested with a fake ``now``, a
+:class:`~aioaccum._core.cluster.StaticCluster` and no event loop.
 
 ``poll(cluster, now)`` is one turn of Kafka's ``runOnce``:
 
@@ -49,7 +50,7 @@ from aioaccum.errors import (
 )
 
 if TYPE_CHECKING:
-    from aioaccum.metrics import ProducerMetrics
+    from aioaccum._core.metrics import ProducerMetrics
 
 __all__ = [
     "Action",

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from aioaccum._kafka import KafkaAdapter
-from aioaccum.config import ProducerConfig
+from aioaccum._kafka.adapter import KafkaAdapter
+from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import ConfigError, ProducerClosedError
 from aioaccum.producer import Producer
 

@@ -2,7 +2,8 @@
 
 One producer per process, started before the first request is taken and flushed, then closed,
 after the last one ended (the server drains connections before the lifespan's shutdown runs).
-A :class:`~aioaccum._describe.ClusterReader` beside it answers topic and cluster questions.
+A :class:`~aioaccum._kafka.cluster_view.ClusterReader`
+beside it answers topic and cluster questions.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from aioaccum import AioAccumError, Producer, ProducerState
-from aioaccum._describe import ClusterReader
+from aioaccum._kafka.cluster_view import ClusterReader
 from aioaccum.integrations._lifecycle import shutdown_producer, start_producer
 from aioaccum.prometheus import ProducerCollector
 

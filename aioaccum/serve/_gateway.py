@@ -25,7 +25,7 @@ from aioaccum import (
     RecordMetadata,
     wait_all,
 )
-from aioaccum._describe import ClusterReader, ClusterSnapshot, TopicInfo
+from aioaccum._kafka.cluster_view import ClusterReader, ClusterSnapshot, TopicInfo
 
 from ._auth import AuthFile, Principal
 from ._errors import (

@@ -34,7 +34,7 @@ from types import FrameType
 import uvicorn
 from starlette.applications import Starlette
 
-from aioaccum._loops import default_loop_factory
+from aioaccum._runtime.loops import default_loop_factory
 
 from ._app import create_app
 from ._gateway import Draining

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from aioaccum.cli import producer_properties, read_properties_file
-from aioaccum.config import ProducerConfig
+from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import ConfigError
 
 __all__ = ["HELP_EPILOG", "SETTINGS", "ServeSettings", "add_arguments"]

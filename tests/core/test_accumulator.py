@@ -12,8 +12,8 @@ from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
+from aioaccum._runtime.pool import BufferPool
 from aioaccum.errors import ProducerClosedError
-from aioaccum.pool import BufferPool
 
 BATCH = 1024
 T0 = 1000.0

@@ -12,7 +12,7 @@ from aioaccum._core.batch import ProducerBatch
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.futures import FutureRecordMetadata
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
-from aioaccum.pool import BufferPool
+from aioaccum._runtime.pool import BufferPool
 
 BATCH = 1024
 T0 = 1000.0

@@ -20,6 +20,7 @@ from aioaccum._core.futures import FutureRecordMetadata
 from aioaccum._core.idempotence import MAX_EPOCH, TransactionManager
 from aioaccum._core.kafka_errors import RULES, Decision, Errors, rule_for
 from aioaccum._core.lifecycle import IllegalStateTransition
+from aioaccum._core.metrics import ProducerMetrics
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
 from aioaccum._core.sender_core import (
     EpochBumped,
@@ -30,6 +31,7 @@ from aioaccum._core.sender_core import (
     SenderState,
     Wait,
 )
+from aioaccum._runtime.pool import BufferPool
 from aioaccum.errors import (
     AioAccumError,
     BrokerError,
@@ -38,8 +40,6 @@ from aioaccum.errors import (
     ProducerFailedError,
     ProducerTimeoutError,
 )
-from aioaccum.metrics import ProducerMetrics
-from aioaccum.pool import BufferPool
 
 BATCH = 1024
 T0 = 1000.0

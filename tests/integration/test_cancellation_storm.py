@@ -18,8 +18,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from unit.cancellation_storm import POINTS, Tracker, check_outcome, index_of, run_storm
 
-from aioaccum._kafka import AioKafkaAdapter
-from aioaccum.config import ProducerConfig
+from aioaccum._kafka.adapter import AioKafkaAdapter
+from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.producer import Producer
 
 if TYPE_CHECKING:

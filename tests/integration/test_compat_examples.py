@@ -28,7 +28,7 @@ from aiokafka.errors import IllegalOperation, TopicAlreadyExistsError
 from aiokafka.structs import TopicPartition
 
 from aioaccum._core.partitioner import default_partition
-from aioaccum.compat import AIOKafkaProducer as CompatProducer
+from aioaccum.compat.producer import AIOKafkaProducer as CompatProducer
 
 pytestmark = [pytest.mark.kafka]
 

@@ -314,7 +314,7 @@ async def test_requests_stalled_past_the_delivery_timeout_are_never_written_twic
 ) -> None:
     await cluster.check_managed(kafka_bootstrap)
     topic = await replicated_topic(topic_factory, kafka_bootstrap, 3)
-    caplog.set_level(logging.INFO, logger="aioaccum.sender")
+    caplog.set_level(logging.INFO, logger="aioaccum._runtime.sender")
     settings = {"linger_ms": 5, "request_timeout_ms": 2000, "delivery_timeout_ms": 6000}
     async with (
         FaultProxy.for_cluster(await cluster.cluster_ports()) as proxy,

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from aioaccum.metrics import TOPIC_GROUP
+from aioaccum._core.metrics import TOPIC_GROUP
 from aioaccum.producer import Producer
 from aioaccum.prometheus import ProducerCollector
 

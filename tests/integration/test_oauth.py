@@ -25,7 +25,7 @@ from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from faults.cluster import ClusterControlError, security_listener
 
 from aioaccum import AuthenticationError, OAuthToken
-from aioaccum._oauth import OAuthBearerFailed, OAuthClient
+from aioaccum._kafka.oauth import OAuthBearerFailed, OAuthClient
 from aioaccum.oauth import unsecured_token
 from aioaccum.producer import Producer
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from aioaccum._kafka import AioKafkaAdapter
-from aioaccum._metadata import MetadataClient
+from aioaccum._kafka.adapter import AioKafkaAdapter
+from aioaccum._kafka.metadata import MetadataClient
 from aioaccum.producer import Producer
 
 pytestmark = pytest.mark.kafka

@@ -1,4 +1,4 @@
-"""aioaccum.spark against real PySpark (local[2]) and the real Kafka cluster, read back."""
+"""aioaccum.spark.sink against real PySpark (local[2]) and the real Kafka cluster, read back."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from aioaccum._core.partitioner import default_partition
-from aioaccum.spark import ROW_JSON, SparkWriteError, WriteReport, write_dataframe
+from aioaccum.spark.sink import ROW_JSON, SparkWriteError, WriteReport, write_dataframe
 
 from .test_producer import consume_all
 

@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from aioaccum.errors import ConfigError
-from aioaccum.spark import SparkTransactionError, SparkWriteError, WriteReport, write_dataframe
+from aioaccum.spark.sink import SparkTransactionError, SparkWriteError, WriteReport, write_dataframe
 
 if TYPE_CHECKING:
     from conftest import TopicFactory
@@ -194,7 +194,7 @@ def failing_first_attempts(
     def fence(transactional_id: str) -> None:
         import asyncio
 
-        from aioaccum.transactions import abort_transactional_ids
+        from aioaccum._runtime.transactions import abort_transactional_ids
 
         asyncio.run(abort_transactional_ids([transactional_id], bootstrap_servers=bootstrap))
 

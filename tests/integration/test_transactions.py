@@ -44,7 +44,7 @@ from aioaccum import (
     TransactionAbortedError,
     TransactionFatalError,
 )
-from aioaccum.transactions import commit_prepared
+from aioaccum._runtime.transactions import commit_prepared
 
 if TYPE_CHECKING:
     from conftest import TopicFactory

@@ -17,7 +17,7 @@ from typing import Any
 from aioaccum import Producer, wait_all
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
-from aioaccum._kafka import PartitionResponse
+from aioaccum._kafka.adapter import PartitionResponse
 from aioaccum._speedups import describe
 from aioaccum.errors import BrokerError
 

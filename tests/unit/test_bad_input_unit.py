@@ -16,7 +16,7 @@ import pytest
 
 from aioaccum import ConfigError, ProducerClosedError, ProducerTimeoutError
 from aioaccum._core.cluster import StaticCluster, TopicPartition
-from aioaccum._kafka import PartitionResponse
+from aioaccum._kafka.adapter import PartitionResponse
 from aioaccum.errors import RecordTooLargeError, SerializationError
 from aioaccum.producer import Producer
 

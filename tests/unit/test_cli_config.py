@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from aioaccum.cli import build_parser, producer_properties, read_properties_file
-from aioaccum.config import ProducerConfig
+from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import ConfigError
 
 SECRET = "s3cr3t-Pa55"

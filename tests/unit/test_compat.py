@@ -17,12 +17,12 @@ from aiokafka.structs import RecordMetadata as AIOKafkaRecordMetadata
 
 import aioaccum.errors as ours
 from aioaccum import compat
-from aioaccum._compat_errors import aiokafka_error
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
-from aioaccum._kafka import broker_error_for_code
-from aioaccum._settings import INT_MAX
-from aioaccum.compat import AIOKafkaProducer, config_from_aiokafka
+from aioaccum._kafka.adapter import broker_error_for_code
+from aioaccum.compat.errors import aiokafka_error
+from aioaccum.compat.producer import AIOKafkaProducer, config_from_aiokafka
+from aioaccum.config.settings import INT_MAX
 
 from .fake_kafka import FakeKafka
 

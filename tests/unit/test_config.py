@@ -11,8 +11,14 @@ from typing import Any
 
 import pytest
 
-from aioaccum import config as config_module
-from aioaccum.config import JAVA_TO_PYTHON, PYTHON_TO_JAVA, SETTINGS, NoJavaName, ProducerConfig
+from aioaccum.config import producer_config as config_module
+from aioaccum.config.producer_config import (
+    JAVA_TO_PYTHON,
+    PYTHON_TO_JAVA,
+    SETTINGS,
+    NoJavaName,
+    ProducerConfig,
+)
 from aioaccum.errors import ConfigError
 
 # Kafka 4.x ProducerConfig defaults, by Java name.
@@ -455,7 +461,7 @@ def test_explicit_idempotence_conflicts_are_errors(kwargs: dict[str, Any], messa
 def test_default_idempotence_quietly_yields(
     kwargs: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="aioaccum.config"):
+    with caplog.at_level(logging.INFO, logger="aioaccum.config.producer_config"):
         cfg = ProducerConfig.from_kwargs(**kwargs)
     assert cfg.enable_idempotence is False
     assert "idempotence disabled" in caplog.text
@@ -595,7 +601,7 @@ def plaintext_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         record.getMessage()
         for record in caplog.records
-        if record.name == "aioaccum.config"
+        if record.name == "aioaccum.config.producer_config"
         and record.levelno == logging.WARNING
         and "unencrypted" in record.getMessage()
     ]
@@ -612,7 +618,7 @@ def test_sasl_plain_over_plaintext_warns_once_per_bootstrap(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     plain = sasl(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN")
-    with caplog.at_level(logging.WARNING, logger="aioaccum.config"):
+    with caplog.at_level(logging.WARNING, logger="aioaccum.config.producer_config"):
         for _ in range(5):  # producers made in a loop
             ProducerConfig.from_kwargs(**plain, bootstrap_servers="a:9092,b:9092")
         ProducerConfig.from_kwargs(**plain, bootstrap_servers=["b:9092", "a:9092"])
@@ -626,7 +632,7 @@ def test_sasl_plain_over_plaintext_warns_once_per_bootstrap(
     assert "alice" not in first
 
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="aioaccum.config"):
+    with caplog.at_level(logging.WARNING, logger="aioaccum.config.producer_config"):
         ProducerConfig.from_kwargs(**plain, bootstrap_servers="c:9092")
     [other_cluster] = plaintext_warnings(caplog)
     assert "to c:9092 unencrypted" in other_cluster
@@ -643,7 +649,7 @@ def test_sasl_plain_plaintext_warning_names_the_properties_as_written(
         "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required "
         f'username="alice" password="{SECRET}";',
     }
-    with caplog.at_level(logging.WARNING, logger="aioaccum.config"):
+    with caplog.at_level(logging.WARNING, logger="aioaccum.config.producer_config"):
         ProducerConfig.from_properties(properties)
     [warning] = plaintext_warnings(caplog)
     assert warning.startswith("security.protocol='SASL_PLAINTEXT' with sasl.mechanism='PLAIN'")
@@ -663,6 +669,6 @@ def test_sasl_plain_plaintext_warning_names_the_properties_as_written(
 def test_no_plaintext_warning_when_the_password_is_not_sent_in_clear(
     caplog: pytest.LogCaptureFixture, protocol: str, mechanism: str
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="aioaccum.config"):
+    with caplog.at_level(logging.WARNING, logger="aioaccum.config.producer_config"):
         ProducerConfig.from_kwargs(**sasl(security_protocol=protocol, sasl_mechanism=mechanism))
     assert plaintext_warnings(caplog) == []

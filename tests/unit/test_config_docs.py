@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from aioaccum.config import SETTINGS
+from aioaccum.config.producer_config import SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
 

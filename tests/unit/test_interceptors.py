@@ -21,7 +21,7 @@ from aioaccum import (
 )
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
-from aioaccum.interceptors import ProducerInterceptor, ProducerRecord
+from aioaccum._runtime.hooks import ProducerInterceptor, ProducerRecord
 from aioaccum.producer import Producer
 
 from .fake_kafka import FakeKafka
@@ -116,7 +116,7 @@ async def test_a_raising_interceptor_never_fails_the_send(
     broken, not_a_record = Broken(), Broken(result="not a record")
     after = Recorder("after", lambda r: r.replace(value=r.value + b"!"))
     producer, fake = make(broken, not_a_record, after)
-    with caplog.at_level(logging.DEBUG, logger="aioaccum.interceptors"):
+    with caplog.at_level(logging.DEBUG, logger="aioaccum._runtime.hooks"):
         async with producer:
             futures = [await producer.send("t", b"v%d" % i, partition=0) for i in range(3)]
             results = await asyncio.gather(*futures)

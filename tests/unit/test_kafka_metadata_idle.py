@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from aiokafka.cluster import ClusterMetadata
 from aiokafka.protocol.metadata import MetadataResponse_v1
 
-from aioaccum._kafka import AioKafkaAdapter
-from aioaccum.config import ProducerConfig
+from aioaccum._kafka.adapter import AioKafkaAdapter
+from aioaccum.config.producer_config import ProducerConfig
 
 MAX_IDLE_S = 5.0
 

@@ -19,9 +19,9 @@ from aiokafka.errors import RequestTimedOutError
 from aiokafka.protocol.metadata import MetadataRequest, MetadataRequest_v5, MetadataResponse_v1
 
 from aioaccum._core.cluster import TopicPartition
-from aioaccum._kafka import AioKafkaAdapter
-from aioaccum._metadata import MetadataClient
-from aioaccum.config import ProducerConfig
+from aioaccum._kafka.adapter import AioKafkaAdapter
+from aioaccum._kafka.metadata import MetadataClient
+from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import BrokerError, ProducerTimeoutError
 
 pytestmark = pytest.mark.looptime
@@ -348,7 +348,7 @@ async def test_a_request_no_node_answers_is_tried_again(
     adapter, client = make({"flaky": 1})
     failures = iter(range(3 * 2))  # every node fails twice, i.e. two whole rounds
     client.fail_if = lambda asked: next(failures, None) is not None
-    with caplog.at_level(logging.DEBUG, logger="aioaccum._metadata"):
+    with caplog.at_level(logging.DEBUG, logger="aioaccum._kafka.metadata"):
         assert await adapter.wait_for_topic("flaky", timeout=5) == [0]
     assert client.asked == [["flaky"]]
     # Two rounds failed on every node: one warning, not one line per node and round.

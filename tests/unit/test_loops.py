@@ -12,7 +12,7 @@ import uvloop
 
 from aioaccum import Producer
 from aioaccum._core.cluster import StaticCluster
-from aioaccum._loops import LoopFactory, default_loop_factory, describe_loop
+from aioaccum._runtime.loops import LoopFactory, default_loop_factory, describe_loop
 from aioaccum.cli import build_parser
 from aioaccum.sync import SyncProducer
 

@@ -2,10 +2,11 @@
 deleted and created again with fewer): the sticky partition is drawn afresh, so keyless records
 never go on to a partition that no longer exists.
 
-The producer runs on the real :class:`~aioaccum._kafka.AioKafkaAdapter` (the code that notices
-the change) over aiokafka's real ``ClusterMetadata``, fed by a stand-in for ``AIOKafkaClient``
-whose answers the test changes; produce requests go to :class:`~fake_kafka.FakeKafka`, which
-keeps what it was sent. No broker, no sleeps: a refresh is a method call.
+The producer runs on the real :class:`~aioaccum._kafka.adapter.AioKafkaAdapter` (the code that
+notices the change) over aiokafka's real ``ClusterMetadata``, fed by a stand-in for
+``AIOKafkaClient`` whose answers the test changes; produce requests go to
+:class:`~fake_kafka.FakeKafka`, which keeps what it was sent. No broker, no sleeps: a refresh is a
+method call.
 
 Partitions without a leader make the sticky draw predictable: keyless records first go only to
 the partitions that have one.
@@ -23,8 +24,8 @@ from aiokafka.protocol.metadata import MetadataResponse_v1
 
 from aioaccum import ConfigError, Producer
 from aioaccum._core.cluster import StaticCluster, TopicPartition
-from aioaccum._kafka import AioKafkaAdapter, PartitionResponse
-from aioaccum.config import ProducerConfig
+from aioaccum._kafka.adapter import AioKafkaAdapter, PartitionResponse
+from aioaccum.config.producer_config import ProducerConfig
 
 from .fake_kafka import FakeKafka
 

@@ -13,8 +13,8 @@ import pytest
 from aioaccum import BrokerError
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
-from aioaccum._kafka import PartitionResponse, ProduceAnswers
-from aioaccum.metrics import TOPIC_GROUP
+from aioaccum._core.metrics import TOPIC_GROUP
+from aioaccum._kafka.adapter import PartitionResponse, ProduceAnswers
 from aioaccum.producer import Producer
 
 from .fake_kafka import FakeKafka

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aioaccum.metrics import (
+from aioaccum._core.metrics import (
     PRODUCER_GROUP,
     PRODUCER_METRICS,
     TOPIC_GROUP,
@@ -24,7 +24,7 @@ from aioaccum.metrics import (
     ProducerMetrics,
     Sensor,
 )
-from aioaccum.pool import BufferPool, PoolStats
+from aioaccum._runtime.pool import BufferPool, PoolStats
 
 
 class FakeClock:

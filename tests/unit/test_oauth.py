@@ -20,8 +20,8 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from aioaccum import AuthenticationError, ConfigError, OAuthToken, ProducerConfig
-from aioaccum._kafka import _authentication_error
-from aioaccum._oauth import (
+from aioaccum._kafka.adapter import _authentication_error
+from aioaccum._kafka.oauth import (
     OAuthBearerFailed,
     OAuthClient,
     TokenCache,
@@ -207,7 +207,7 @@ async def test_a_failed_refresh_keeps_the_valid_token_and_asks_again_later(
     first = await cache.current()
     clock.ms += 90_000
     provider.error = RuntimeError("down")
-    with caplog.at_level(logging.WARNING, logger="aioaccum._oauth"):
+    with caplog.at_level(logging.WARNING, logger="aioaccum._kafka.oauth"):
         assert await cache.current() is first
     assert "valid for 10000 ms more" in caplog.text
     assert provider.calls == 2
@@ -458,7 +458,7 @@ async def test_a_connection_lost_during_the_exchange_is_no_connection(
     conn = StubConnection()
     conn.fail = KafkaConnectionError("Connection at 127.0.0.1:9999 closed")
     client = StubOAuthClient(conn, cache, Monotonic())
-    with caplog.at_level(logging.DEBUG, logger="aioaccum._oauth"):
+    with caplog.at_level(logging.DEBUG, logger="aioaccum._kafka.oauth"):
         assert await client._get_conn(1) is None
     assert conn.closed
     assert "SASL OAUTHBEARER with node 1 failed" in caplog.text
@@ -531,7 +531,7 @@ def test_oauthbearer_from_properties_takes_the_provider_among_them() -> None:
 def test_oauthbearer_over_plaintext_warns_that_the_token_is_readable(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="aioaccum.config"):
+    with caplog.at_level(logging.WARNING, logger="aioaccum.config.producer_config"):
         ProducerConfig(**oauth(security_protocol="SASL_PLAINTEXT",
                                bootstrap_servers="oauth-warning-test:9092"))
     assert "the bearer token crosses the network to oauth-warning-test:9092" in caplog.text

@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from aioaccum import BrokerError, ConfigError, RecordTooLargeError
-from aioaccum import config as config_module
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
+from aioaccum.config import producer_config as config_module
 from aioaccum.producer import Producer
 
 from .fake_kafka import FakeKafka

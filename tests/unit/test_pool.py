@@ -1,4 +1,4 @@
-"""Unit tests for aioaccum.pool.BufferPool (Kafka's BufferPool, ported to asyncio)."""
+"""Unit tests for aioaccum._runtime.pool.BufferPool (Kafka's BufferPool, ported to asyncio)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from aioaccum._runtime.pool import BufferPool, PoolStats
 from aioaccum.errors import BufferExhaustedError, ProducerClosedError, RecordTooLargeError
-from aioaccum.pool import BufferPool, PoolStats
 
 P = 1024  # poolable size used throughout
 

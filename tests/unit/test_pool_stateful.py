@@ -22,8 +22,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from aioaccum._runtime.pool import BufferPool
 from aioaccum.errors import BufferExhaustedError, ProducerClosedError
-from aioaccum.pool import BufferPool
 
 from .test_pool import ManualClockLoop
 

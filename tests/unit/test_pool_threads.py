@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
+from aioaccum._runtime.pool import BufferPool
 from aioaccum.errors import BufferExhaustedError, ProducerClosedError
-from aioaccum.pool import BufferPool
 
 from .test_pool import P, assert_exact, hold_all, settle
 from .test_sync import WAIT_S, wait_until

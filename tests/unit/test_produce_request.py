@@ -8,7 +8,7 @@ import random
 import pytest
 from aiokafka.protocol.produce import ProduceRequest
 
-from aioaccum._kafka import _FAST_STRUCTS, _FastProduceRequest
+from aioaccum._kafka.adapter import _FAST_STRUCTS, _FastProduceRequest
 
 Topics = list[tuple[str, list[tuple[int, bytes]]]]
 

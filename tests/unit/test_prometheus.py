@@ -11,7 +11,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from aioaccum._core.cluster import StaticCluster
-from aioaccum.metrics import PRODUCER_METRICS, TOPIC_METRICS
+from aioaccum._core.metrics import PRODUCER_METRICS, TOPIC_METRICS
 from aioaccum.producer import Producer
 from aioaccum.prometheus import ProducerCollector
 from aioaccum.sync import SyncProducer

@@ -11,7 +11,7 @@ import pytest
 from aioaccum import BrokerError, DeliveryTimeoutError, ProducerClosedError, ProducerFailedError
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
-from aioaccum._kafka import PartitionResponse
+from aioaccum._kafka.adapter import PartitionResponse
 from aioaccum.producer import Producer
 
 from .fake_kafka import FakeKafka, Request, SequencedFakeKafka

@@ -21,7 +21,7 @@ import pytest
 from aioaccum import AioAccumError, BrokerError, ProducerClosedError, ProducerFailedError
 from aioaccum._core import codecs
 from aioaccum._core.cluster import StaticCluster, TopicPartition
-from aioaccum._kafka import PartitionResponse
+from aioaccum._kafka.adapter import PartitionResponse
 from aioaccum.producer import Producer
 
 from .fake_kafka import FakeKafka

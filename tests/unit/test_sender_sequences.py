@@ -10,7 +10,7 @@ import pytest
 
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
-from aioaccum._kafka import PartitionResponse
+from aioaccum._kafka.adapter import PartitionResponse
 from aioaccum.producer import Producer
 
 from .fake_kafka import SequencedFakeKafka

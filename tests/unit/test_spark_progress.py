@@ -1,4 +1,4 @@
-"""aioaccum.spark without Spark: its progress bar, and that it keeps to pyspark's public API."""
+"""The Spark sink without Spark: its progress bar, and that it keeps to pyspark's public API."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from aioaccum.spark import _Progress
+from aioaccum.spark.sink import _Progress
 
 SPARK_SOURCES = [
-    Path(__file__).resolve().parents[2] / "aioaccum" / name
-    for name in ("spark.py", "_spark_rows.py")
+    Path(__file__).resolve().parents[2] / "aioaccum" / "spark" / name
+    for name in ("sink.py", "rows.py")
 ]
 
 

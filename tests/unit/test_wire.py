@@ -1,4 +1,4 @@
-"""The flexible-format pieces written by hand (aioaccum._wire, produce v12), read back with
+"""The flexible-format pieces written by hand (aioaccum._kafka.wire, produce v12), read back with
 Kafka's rules spelled out here: unsigned varint lengths plus one, tagged-field counts."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from aioaccum._kafka import _produce_v12
-from aioaccum._wire import Reader, compact_array, compact_str, uvarint
+from aioaccum._kafka.adapter import _produce_v12
+from aioaccum._kafka.wire import Reader, compact_array, compact_str, uvarint
 
 
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16383, 16384, 2**31 - 1])

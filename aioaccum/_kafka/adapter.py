@@ -35,12 +35,12 @@ from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
 from aioaccum._core import kafka_errors
 from aioaccum._core.cluster import TopicPartition
-from aioaccum._logs import Throttle, demote_aiokafka_noise
-from aioaccum._metadata import MetadataClient
-from aioaccum._oauth import MECHANISM as OAUTHBEARER
-from aioaccum._oauth import OAuthBearerFailed, OAuthClient, TokenCache
-from aioaccum._wire import I32, NO_TAGS, Call, Reader, compact_str, uvarint
-from aioaccum.config import ProducerConfig
+from aioaccum._kafka.logs import Throttle, demote_aiokafka_noise
+from aioaccum._kafka.metadata import MetadataClient
+from aioaccum._kafka.oauth import MECHANISM as OAUTHBEARER
+from aioaccum._kafka.oauth import OAuthBearerFailed, OAuthClient, TokenCache
+from aioaccum._kafka.wire import I32, NO_TAGS, Call, Reader, compact_str, uvarint
+from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import (
     AioAccumError,
     AuthenticationError,
@@ -350,8 +350,8 @@ class AioKafkaAdapter:
         # Partition count per topic as last handed out, and who wants to know when it changes.
         self._partition_counts: dict[str, int] = {}
         self._count_listeners: list[Callable[[str], None]] = []
-        # Set by a transactional producer (aioaccum.transactions): every produce request names
-        # the transaction, and under KIP-890 (transaction.version 2) goes out as v12, which
+        # Set by a transactional producer (aioaccum._runtime.transactions): every produce request
+        # names the transaction, and under KIP-890 (transaction.version 2) goes out as v12, which
         # adds its partitions to the transaction by itself.
         self.transactional_id: str | None = None
         self.produce_v12 = False

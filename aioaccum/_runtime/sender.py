@@ -27,8 +27,8 @@ from aioaccum._core.sender_core import (
     SenderCore,
     Wait,
 )
-from aioaccum._kafka import KafkaAdapter
-from aioaccum._logs import Throttle
+from aioaccum._kafka.adapter import KafkaAdapter
+from aioaccum._kafka.logs import Throttle
 from aioaccum.errors import AioAccumError
 
 __all__ = ["Sender"]

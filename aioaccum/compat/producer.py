@@ -1,13 +1,13 @@
 """aiokafka's ``AIOKafkaProducer``, run by aioaccum: change the import line, keep the code.
 
 ``from aioaccum.compat import AIOKafkaProducer`` takes aiokafka's constructor arguments, with
-aiokafka's defaults, and offers its methods: ``start``, ``stop``, ``send`` (a coroutine that
-returns a future), ``send_and_wait``, ``create_batch``/``send_batch``, ``partitions_for``,
-``flush``, the transaction methods and ``async with``. Futures resolve to aiokafka's own
-:class:`aiokafka.structs.RecordMetadata`, and errors are aiokafka's classes as well as
-aioaccum's (see :mod:`aioaccum._compat_errors`). ``docs/migrating-from-aiokafka.md`` lists how
-each argument maps to :class:`~aioaccum.config.ProducerConfig` (:mod:`aioaccum._compat_config`
-does it), what behaves differently, and the few arguments that are refused.
+aiokafka's defaults, and offers its methods: ``start``, ``stop``, ``send`` (a coroutine that returns
+a future), ``send_and_wait``, ``create_batch``/``send_batch``, ``partitions_for``, ``flush``, the
+transaction methods and ``async with``. Futures resolve to aiokafka's own
+:class:`aiokafka.structs.RecordMetadata`, and errors are aiokafka's classes as well as aioaccum's
+(see :mod:`aioaccum.compat.errors`). ``docs/migrating-from-aiokafka.md`` lists how each argument
+maps to :class:`~aioaccum.config.ProducerConfig` (:mod:`aioaccum.config.aiokafka_config` does it),
+what behaves differently, and the few arguments that are refused.
 
 This module, like ``_kafka.py``, names aiokafka: its users' types (``RecordMetadata``,
 ``TopicPartition``, the error classes) are aiokafka's. The producer underneath is a plain
@@ -30,13 +30,11 @@ from aiokafka.record.default_records import DefaultRecordMetadata
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from aiokafka.structs import RecordMetadata as AIOKafkaRecordMetadata
 
-from aioaccum._compat_config import (
-    AIOKAFKA_DEFAULTS,
-    DEFAULT_PARTITIONER,
-    MISSING,
-    config_from_aiokafka,
-)
-from aioaccum._compat_errors import (
+from aioaccum._core.futures import FutureRecordMetadata
+from aioaccum._core.futures import RecordMetadata as AioAccumRecordMetadata
+from aioaccum._core.records import RECORD_BATCH_OVERHEAD, estimate_size_in_bytes_upper_bound
+from aioaccum._core.validate import as_bytes, validate_headers
+from aioaccum.compat.errors import (
     AuthenticationFailedError,
     BufferExhaustedError,
     DeliveryTimeoutError,
@@ -50,11 +48,13 @@ from aioaccum._compat_errors import (
     UnsupportedVersionError,
     aiokafka_error,
 )
-from aioaccum._core.futures import FutureRecordMetadata
-from aioaccum._core.futures import RecordMetadata as AioAccumRecordMetadata
-from aioaccum._core.records import RECORD_BATCH_OVERHEAD, estimate_size_in_bytes_upper_bound
-from aioaccum._validate import as_bytes, validate_headers
-from aioaccum.config import ProducerConfig
+from aioaccum.config.aiokafka_config import (
+    AIOKAFKA_DEFAULTS,
+    DEFAULT_PARTITIONER,
+    MISSING,
+    config_from_aiokafka,
+)
+from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import AioAccumError
 from aioaccum.producer import Producer
 

@@ -44,7 +44,7 @@ from aioaccum.sync import SyncProducer
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
-    from aioaccum.transactions import PreparedTransaction
+    from aioaccum._runtime.transactions import PreparedTransaction
 
 __all__ = [
     "RESULT_DDL",
@@ -556,7 +556,7 @@ def run_task(
 
 def prepared_of(row: Any) -> PreparedTransaction | None:
     """The prepared transaction a task's row of counts (a Spark ``Row``) names, if any."""
-    from aioaccum.transactions import PreparedTransaction
+    from aioaccum._runtime.transactions import PreparedTransaction
 
     blob = row["prepared"]
     if blob is None:

@@ -21,8 +21,8 @@ import aiokafka.errors as kerr
 from aiokafka.protocol.metadata import MetadataRequest
 
 from aioaccum._core.kafka_errors import Errors
-from aioaccum._kafka import AioKafkaAdapter
-from aioaccum.config import ProducerConfig
+from aioaccum._kafka.adapter import AioKafkaAdapter
+from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import ProducerTimeoutError
 
 __all__ = ["ClusterReader", "ClusterSnapshot", "PartitionInfo", "TopicInfo"]

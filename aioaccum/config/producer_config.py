@@ -5,7 +5,7 @@ dots turned into underscores (``linger.ms`` → ``linger_ms``) and defaults are 
 tuned Java producer carries over as it is: :meth:`ProducerConfig.from_properties` takes the dotted
 names and the string values of a ``.properties`` file.
 
-Each setting is written once, as a row of :data:`SETTINGS` in :mod:`aioaccum._settings`
+Each setting is written once, as a row of :data:`SETTINGS` in :mod:`aioaccum.config.settings`
 (Kafka's ``ConfigDef.define``): its names, type, default, limits and doc. The dataclass
 defaults, the parsing of property strings, the checks, the name tables, the suggestions for
 misspelt names and ``docs/configuration.md`` (``scripts/gen_config_docs.py``) all come from
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from aioaccum._core.codecs import CompressionType, ensure_codec_available
 from aioaccum._core.partitioner import Partitioner
-from aioaccum._settings import (
+from aioaccum.config.settings import (
     FIELDS,
     INT_MAX,
     JAVA_TO_PYTHON,
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
-    from aioaccum.interceptors import ProducerInterceptor
+    from aioaccum._runtime.hooks import ProducerInterceptor
     from aioaccum.oauth import TokenProvider
 
 __all__ = [

@@ -1,6 +1,6 @@
-"""The transaction requests on the wire: what :mod:`aioaccum.transactions` sends, and how.
+"""The transaction requests on the wire: what :mod:`aioaccum._runtime.transactions` sends, and how.
 
-Part of the network layer with :mod:`aioaccum._kafka` (which holds the produce request).
+Part of the network layer with :mod:`aioaccum._kafka.adapter` (which holds the produce request).
 aiokafka knows these requests only in their first versions; the ones a transactional producer
 needs are newer: InitProducerId with a producer id and epoch (v3, KIP-360), EndTxn that moves
 the epoch on (v5) and TxnOffsetCommit that adds the group itself (v5) for KIP-890's protocol,
@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 from aiokafka.client import ConnectionGroup, CoordinationType
 
-from aioaccum._kafka import AioKafkaAdapter, map_errors
-from aioaccum._wire import (
+from aioaccum._kafka.adapter import AioKafkaAdapter, map_errors
+from aioaccum._kafka.wire import (
     I8,
     I16,
     I32,

@@ -1,10 +1,10 @@
 """The table of producer settings: one row per setting, as Kafka's ``ConfigDef.define`` rows.
 
-Each :class:`Setting` holds everything known about one setting: its Python name, its Java
-property (or why there is none), its kind (type, limits, how a ``.properties`` string is read,
-how it is shown in the docs), its default and a one-line doc. :mod:`aioaccum.config` builds
-:class:`~aioaccum.config.ProducerConfig`, its checks, the name tables and the suggestions from
-these rows, and ``scripts/gen_config_docs.py`` writes ``docs/configuration.md`` from them.
+Each :class:`Setting` holds everything known about one setting: its Python name, its Java property
+(or why there is none), its kind (type, limits, how a ``.properties`` string is read, how it is
+shown in the docs), its default and a one-line doc. :mod:`aioaccum.config.producer_config` builds
+:class:`~aioaccum.config.ProducerConfig`, its checks, the name tables and the suggestions from these
+rows, and ``scripts/gen_config_docs.py`` writes ``docs/configuration.md`` from them.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from aioaccum._core.futures import RecordMetadata
-from aioaccum._many import ReadOnRead
-from aioaccum._validate import validate_headers, validate_topic
+from aioaccum._core.validate import validate_headers, validate_topic
+from aioaccum._runtime.many import ReadOnRead
 from aioaccum.errors import ConfigError, ProducerClosedError
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from typing import Any, Final
 
 from aiokafka.partitioner import DefaultPartitioner
 
-from aioaccum._settings import INT_MAX
-from aioaccum.config import ProducerConfig
+from aioaccum.config.producer_config import ProducerConfig
+from aioaccum.config.settings import INT_MAX
 from aioaccum.errors import ConfigError
 
 __all__ = ["AIOKAFKA_DEFAULTS", "DERIVED", "MISSING", "RENAMED", "config_from_aiokafka"]
@@ -197,7 +197,7 @@ def config_from_aiokafka(
         return ProducerConfig.from_kwargs(**kw)
     except ConfigError as exc:
         exc.add_note(
-            "aioaccum.compat passes aiokafka's max_batch_size as batch_size and "
+            "aioaccum.compat.producer passes aiokafka's max_batch_size as batch_size and "
             "request_timeout_ms as max_block_ms too (see docs/migrating-from-aiokafka.md)"
         )
         raise

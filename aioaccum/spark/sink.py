@@ -38,7 +38,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from aioaccum._spark_rows import (
+from aioaccum._core.validate import validate_topic
+from aioaccum._runtime.transactions import (
+    PreparedTransaction,
+    abort_transactional_ids,
+    commit_prepared,
+)
+from aioaccum.config.producer_config import ProducerConfig
+from aioaccum.errors import AioAccumError, ConfigError, TransactionError
+from aioaccum.spark.rows import (
     RESULT_DDL,
     Chunk,
     OnError,
@@ -49,14 +57,6 @@ from aioaccum._spark_rows import (
     produce_partitions,
     run_coroutine,
     unpack,
-)
-from aioaccum._validate import validate_topic
-from aioaccum.config import ProducerConfig
-from aioaccum.errors import AioAccumError, ConfigError, TransactionError
-from aioaccum.transactions import (
-    PreparedTransaction,
-    abort_transactional_ids,
-    commit_prepared,
 )
 
 if TYPE_CHECKING:
@@ -646,7 +646,7 @@ def _write_from_executors(
 
     # Nested, so Spark ships the closure's values, while run_task comes from aioaccum there.
     def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from aioaccum._spark_rows import run_task
+        from aioaccum.spark.rows import run_task
 
         return run_task(batches, topic, settings, header_names, on_error, prefix)
 

@@ -13,8 +13,8 @@ in cluster metadata"). The producer handles all of them (it retries, or raises a
 the caller), so those lines are demoted to DEBUG (:func:`demote_aiokafka_noise`): they still
 show for a user who turns DEBUG on for ``aiokafka``, and stay out of a log nobody configured.
 
-Each component logs under its own module's name below ``aioaccum`` (``aioaccum.sender``,
-``aioaccum.producer``, ``aioaccum._metadata`` ...).
+Each component logs under its own module's name below ``aioaccum`` (``aioaccum._runtime.sender``,
+``aioaccum.producer``, ``aioaccum._kafka.metadata`` ...).
 """
 
 from __future__ import annotations

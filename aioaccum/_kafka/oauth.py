@@ -28,7 +28,8 @@ or SSL) and :class:`OAuthClient` runs the exchange itself, as Java's
 
 A refused token, a provider that raises or returns no token, and a listener without OAUTHBEARER
 raise :class:`OAuthBearerFailed`, an aiokafka error (the client's own callers catch those),
-which :mod:`aioaccum._kafka` turns into :class:`~aioaccum.errors.AuthenticationError`. A lost
+which :mod:`aioaccum._kafka.adapter` turns into
+:class:`~aioaccum.errors.AuthenticationError`. A lost
 connection or a timeout during the exchange is what it would be during any request: the
 connection is closed and the caller sees a node that is not ready.
 """
@@ -53,7 +54,7 @@ from aiokafka.conn import CloseReason, create_conn
 from aiokafka.protocol.admin import SaslAuthenticateRequest, SaslHandShakeRequest
 from aiokafka.protocol.metadata import MetadataRequest
 
-from aioaccum._metadata import MetadataClient
+from aioaccum._kafka.metadata import MetadataClient
 from aioaccum.oauth import OAuthToken, TokenProvider
 
 __all__ = [

@@ -42,7 +42,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import TopicPartition
 
-from aioaccum._logs import Throttle, demote_aiokafka_noise
+from aioaccum._kafka.logs import Throttle, demote_aiokafka_noise
 
 __all__ = ["MAX_TOPICS_PER_REQUEST", "MergingClusterMetadata", "MetadataClient"]
 

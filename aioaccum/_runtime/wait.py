@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Iterable, Iterator, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult
-from aioaccum._many import ReadOnRead
+from aioaccum._runtime.many import ReadOnRead
 
 __all__ = ["Outcomes", "wait_all"]
 

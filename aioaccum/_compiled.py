@@ -1,0 +1,64 @@
+"""Which modules of the package are compiled: derived from the files, in one place.
+
+Two kinds of source become extension modules beside them:
+
+* every ``.pyx`` (hand-typed Cython with a pure-Python twin, which picks one at import);
+* every ``.py`` with a ``.pxd`` beside it (the Python module compiled as it is; the ``.pxd``
+  gives its classes C fields).
+
+The build (``setup.py``), ``scripts/setup-venv`` (to know when to rebuild) and
+:mod:`aioaccum._speedups` (to load the ``.py`` files instead under ``AIOACCUM_NO_EXTENSIONS=1``)
+all read this module, so adding a ``.pxd`` is the whole of making a module compiled. It uses the
+standard library only, since the build loads it by path before anything is installed.
+
+Run as a script, it prints the compiled ``.pyx`` and ``.py`` files, one per line, relative to the
+repository: ``python3 aioaccum/_compiled.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+__all__ = ["PACKAGE_DIR", "compiled_files", "hand_typed_modules", "module_name", "source_modules"]
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def module_name(path: Path, package_dir: Path = PACKAGE_DIR) -> str:
+    """``<package_dir>/_core/batch.py`` -> ``aioaccum._core.batch``."""
+    relative = path.relative_to(package_dir.parent).with_suffix("")
+    return ".".join(relative.parts)
+
+
+def _hand_typed(package_dir: Path) -> list[Path]:
+    return sorted(package_dir.rglob("*.pyx"))
+
+
+def _sources(package_dir: Path) -> list[Path]:
+    return sorted(
+        pxd.with_suffix(".py")
+        for pxd in package_dir.rglob("*.pxd")
+        if pxd.with_suffix(".py").exists()
+    )
+
+
+def hand_typed_modules(package_dir: Path = PACKAGE_DIR) -> tuple[str, ...]:
+    """The extension modules built from ``.pyx`` files."""
+    return tuple(module_name(p, package_dir) for p in _hand_typed(package_dir))
+
+
+def source_modules(package_dir: Path = PACKAGE_DIR) -> tuple[str, ...]:
+    """The Python modules compiled as they are (a ``.pxd`` beside the ``.py``)."""
+    return tuple(module_name(p, package_dir) for p in _sources(package_dir))
+
+
+def compiled_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """Every file the build compiles: the ``.pyx`` files, then the ``.py`` files with a ``.pxd``."""
+    return [*_hand_typed(package_dir), *_sources(package_dir)]
+
+
+if __name__ == "__main__":
+    root = PACKAGE_DIR.parent
+    for compiled in compiled_files():
+        sys.stdout.write(f"{compiled.relative_to(root).as_posix()}\n")
