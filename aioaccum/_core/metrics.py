@@ -32,13 +32,38 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from aioaccum._core.batch import ProducerBatch
-    from aioaccum._runtime.pool import BufferPool
 
 __all__ = ["PRODUCER_GROUP", "TOPIC_GROUP", "MetricValue", "ProducerMetrics", "Sensor"]
+
+class PoolReading(Protocol):
+    """What the metrics read of a pool snapshot (``PoolGauges.statistics()``)."""
+
+    @property
+    def total(self) -> int: ...
+    @property
+    def available(self) -> int: ...
+    @property
+    def wait_time_total_s(self) -> float: ...
+    @property
+    def exhausted_count(self) -> int: ...
+    @property
+    def waiters(self) -> int: ...
+
+
+class PoolGauges(Protocol):
+    """What the metrics read of the buffer pool (the runtime's ``BufferPool``), named here so
+    that the core depends on no layer above it."""
+
+    @property
+    def wait_time_total_s(self) -> float: ...
+    @property
+    def exhausted_count(self) -> int: ...
+    def statistics(self) -> PoolReading: ...
+
 
 PRODUCER_GROUP = "producer-metrics"
 TOPIC_GROUP = "producer-topic-metrics"
@@ -309,11 +334,11 @@ class ProducerMetrics:
         self._pool_wait = Sensor(window, samples)
         self._exhausted = Sensor(window, samples)
         self._topics: dict[str, TopicMetrics] = {}
-        self._pool: BufferPool | None = None
+        self._pool: PoolGauges | None = None
         self._waited_seen = 0.0
         self._exhausted_seen = 0
 
-    def bind(self, pool: BufferPool, clock: Callable[[], float]) -> None:
+    def bind(self, pool: PoolGauges, clock: Callable[[], float]) -> None:
         """Follow ``pool``'s waits, and read ``clock`` (the clock the sender's ``now`` comes
         from) from now on."""
         self._pool = pool
@@ -432,7 +457,7 @@ class ProducerMetrics:
 
     # --- reading
 
-    def snapshot(self, pool: BufferPool, requests_in_flight: int) -> dict[str, float]:
+    def snapshot(self, pool: PoolGauges, requests_in_flight: int) -> dict[str, float]:
         """The producer-level metrics by Java name (``Producer.metrics()``)."""
         now = self._clock()
         if self._pool is pool and self._windowed:
@@ -481,7 +506,7 @@ class ProducerMetrics:
         now = self._clock()
         return {topic: metrics.values(now) for topic, metrics in self._topics.items()}
 
-    def values(self, pool: BufferPool, requests_in_flight: int) -> list[MetricValue]:
+    def values(self, pool: PoolGauges, requests_in_flight: int) -> list[MetricValue]:
         """Every metric with its group, tags, kind and description
         (``Producer.metric_values()``)."""
         client = {"client-id": self.client_id}
