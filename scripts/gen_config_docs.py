@@ -19,7 +19,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 INTRO = """\
 # Configuration
 
-<!-- Generated from SETTINGS in aioaccum/config/settings.py by scripts/gen_config_docs.py; edit those. -->
+<!-- Generated from the rows in aioaccum/config/ by scripts/gen_config_docs.py; edit those. -->
 
 Every setting of `aioaccum.ProducerConfig`; `Producer(...)` takes them as keyword arguments.
 Names are the Java client's with the dots turned into underscores, and defaults are Kafka 4.x's.
