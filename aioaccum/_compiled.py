@@ -12,7 +12,9 @@ all read this module, so adding a ``.pxd`` is the whole of making a module compi
 standard library only, since the build loads it by path before anything is installed.
 
 Run as a script, it prints the compiled ``.pyx`` and ``.py`` files, one per line, relative to the
-repository: ``python3 aioaccum/_compiled.py``.
+repository: ``python3 aioaccum/_compiled.py``. With ``--stale`` it prints instead the extension
+modules in the tree that the list no longer names (left behind by a module that moved or stopped
+being compiled): Python would load such a file in preference to a ``.py`` of the same name.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-__all__ = ["PACKAGE_DIR", "compiled_files", "hand_typed_modules", "module_name", "source_modules"]
+__all__ = [
+    "PACKAGE_DIR",
+    "compiled_files",
+    "hand_typed_modules",
+    "module_name",
+    "source_modules",
+    "stale_extensions",
+]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -58,7 +67,16 @@ def compiled_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
     return [*_hand_typed(package_dir), *_sources(package_dir)]
 
 
+def stale_extensions(package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """Extension modules in the tree whose module is not compiled by the build any more."""
+    wanted = {p.with_suffix("") for p in compiled_files(package_dir)}
+    found = [*package_dir.rglob("*.so"), *package_dir.rglob("*.pyd")]
+    # x.cpython-311-x86_64-linux-gnu.so is module x: the part before the first dot.
+    return sorted(p for p in found if p.with_name(p.name.split(".", 1)[0]) not in wanted)
+
+
 if __name__ == "__main__":
     root = PACKAGE_DIR.parent
-    for compiled in compiled_files():
-        sys.stdout.write(f"{compiled.relative_to(root).as_posix()}\n")
+    listing = stale_extensions() if sys.argv[1:] == ["--stale"] else compiled_files()
+    for path in listing:
+        sys.stdout.write(f"{path.relative_to(root).as_posix()}\n")

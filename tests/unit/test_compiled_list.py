@@ -91,3 +91,18 @@ def test_every_compiled_module_loads_compiled_by_default() -> None:
         name for name, path in loaded.items() if not path.endswith(".py") and name not in listed
     }
     assert not unlisted, f"extension modules the list does not name: {unlisted}"
+
+
+def test_leftover_extensions_are_found(tmp_path: Path) -> None:
+    """An extension whose module moved would shadow the ``.py`` now at its path."""
+    package = tmp_path / "aioaccum"
+    (package / "_core").mkdir(parents=True)
+    for name in ("_core/batch.py", "_core/batch.pxd", "_core/_crecords.pyx", "metrics.py"):
+        (package / name).write_text("")
+    kept = [package / "_core/batch.cpython-311-x86_64-linux-gnu.so", package / "_core/_crecords.so"]
+    left = [package / "metrics.cpython-311-x86_64-linux-gnu.so", package / "pool.abi3.so"]
+    for path in kept + left:
+        path.write_bytes(b"")
+    assert _compiled.stale_extensions(package) == sorted(left)
+    assert _compiled.source_modules(package) == ("aioaccum._core.batch",)
+    assert _compiled.hand_typed_modules(package) == ("aioaccum._core._crecords",)
