@@ -1,1 +1,1 @@
-# Marks _kafka.py for compilation as it is (see setup.py); it declares no C types.
+# Marks adapter.py for compilation as it is (see aioaccum/_compiled.py); it declares no C types.

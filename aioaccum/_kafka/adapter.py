@@ -1,61 +1,50 @@
-"""The one module that talks to aiokafka: connections, metadata and the produce protocol.
+"""The adapter to aiokafka's client: connections, metadata and sending produce requests.
 
-Everything above this module sees the small :class:`KafkaAdapter` protocol and aioaccum's own
-error tree; aiokafka's classes and exceptions stop here. Tests of the sender drive a fake that
-implements the same protocol.
+Everything above ``_kafka/`` sees the small :class:`KafkaAdapter` protocol and aioaccum's own
+error tree (made by :mod:`aioaccum._kafka.errors`); aiokafka's classes and exceptions stop in
+this folder. The produce request's bytes are :mod:`aioaccum._kafka.produce`'s. Tests of the
+sender drive a fake that implements the same protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import socket
 import ssl
-import struct
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import aiokafka.errors as kerr
 from aiokafka.client import AIOKafkaClient
 from aiokafka.conn import create_conn
-from aiokafka.protocol.produce import (
-    ProduceRequest,
-    ProduceRequest_v3,
-    ProduceRequest_v4,
-    ProduceRequest_v5,
-    ProduceRequest_v6,
-    ProduceRequest_v7,
-)
 from aiokafka.protocol.transaction import InitProducerIdRequest
 from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
 from aioaccum._core import kafka_errors
 from aioaccum._core.cluster import TopicPartition
-from aioaccum._kafka.logs import Throttle, demote_aiokafka_noise
+from aioaccum._kafka.errors import (
+    authentication_error,
+    broker_error_for_code,
+    map_errors,
+    translate,
+)
+from aioaccum._kafka.logs import Throttle, demote_aiokafka_noise, redact_sasl_logs
 from aioaccum._kafka.metadata import MetadataClient
 from aioaccum._kafka.oauth import MECHANISM as OAUTHBEARER
 from aioaccum._kafka.oauth import OAuthBearerFailed, OAuthClient, TokenCache
-from aioaccum._kafka.wire import I32, NO_TAGS, Call, Reader, compact_str, uvarint
+from aioaccum._kafka.produce import FastProduceRequest, produce_v12
 from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import (
     AioAccumError,
-    AuthenticationError,
     BrokerError,
     ProducerTimeoutError,
-    TopicAuthorizationError,
 )
 
-__all__ = [
-    "AioKafkaAdapter",
-    "KafkaAdapter",
-    "PartitionResponse",
-    "broker_error_for_code",
-    "map_errors",
-]
+__all__ = ["AioKafkaAdapter", "KafkaAdapter", "PartitionResponse"]
 
 
 class PartitionResponse(NamedTuple):
@@ -108,165 +97,9 @@ class KafkaAdapter(Protocol):
     async def init_producer_id(self) -> tuple[int, int]: ...
 
 
-def broker_error_for_code(
-    code: int,
-    message: str | None = None,
-    *,
-    topic: str | None = None,
-    batch_bytes: int | None = None,
-) -> BrokerError:
-    """A typed error for a Kafka error code.
-
-    A code named in :class:`~aioaccum._core.kafka_errors.Errors` is called by Kafka's name and
-    takes its flags from the sender's table (:data:`~aioaccum._core.kafka_errors.RULES`), so the
-    error a user reads and what the sender did about it agree; any other code takes aiokafka's
-    name and flags. TOPIC_AUTHORIZATION_FAILED is a :class:`TopicAuthorizationError`. The
-    message ends with what to change when a retry cannot help (``topic`` and ``batch_bytes``
-    make that advice concrete).
-    """
-    retriable = kafka_errors.retriable(code)
-    cls = kerr.for_code(code)
-    # aiokafka has no class for some codes a Kafka 4 broker sends (INVALID_RECORD is its
-    # "UnknownError"), and older names for others: Kafka's names are what its docs use.
-    name = cls.__name__ if retriable is None else kafka_errors.Errors(code).name
-    text = f"{name} (error code {code})"
-    if message:
-        text = f"{text}: {message}"
-    advice = kafka_errors.advice(code, topic=topic, batch_bytes=batch_bytes)
-    if advice:
-        text = f"{text}; {advice}" if message else f"{text}: {advice}"
-    if retriable is None:
-        return BrokerError(
-            text,
-            errno=code,
-            retriable=bool(cls.retriable),
-            invalid_metadata=bool(getattr(cls, "invalid_metadata", False)),
-        )
-    rule = kafka_errors.RULES[kafka_errors.Errors(code)]
-    error_class = (
-        TopicAuthorizationError
-        if code == kafka_errors.Errors.TOPIC_AUTHORIZATION_FAILED
-        else BrokerError
-    )
-    return error_class(
-        text, errno=code, retriable=retriable, invalid_metadata=rule.refresh_metadata
-    )
-
-
-_AUTH_ERRORS = (
-    kerr.SaslAuthenticationFailed,
-    kerr.UnsupportedSaslMechanismError,
-    kerr.IllegalSaslStateError,
-    kerr.AuthenticationFailedError,
-    kerr.AuthenticationMethodNotSupported,
-)
+# How long a failed bootstrap may spend finding out why (refused credentials or certificates are
+# answered within milliseconds).
 _DIAGNOSIS_TIMEOUT_MS = 5000
-# The connection went away mid-handshake: a broker restarting looks the same, so these say
-# nothing about certificates or protocols.
-_SSL_TRANSPORT_ERRORS = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
-# A TLS record starts with its content type (21 is an alert) and the major version 3; a
-# plaintext client reads those bytes as the length of a Kafka response.
-_TLS_ALERT_PREFIX = (21, 3)
-
-
-def _tls_alert_answer(exc: BaseException) -> bool:
-    """Whether a plaintext connection was answered with a TLS alert (the port speaks TLS)."""
-    cause = exc.__cause__
-    if not isinstance(cause, asyncio.IncompleteReadError) or cause.expected is None:
-        return False
-    size = cause.expected
-    return (size >> 24, (size >> 16) & 0xFF) == _TLS_ALERT_PREFIX
-
-
-def _authentication_error(
-    exc: BaseException, where: str, login: str = "SASL authentication"
-) -> AuthenticationError | None:
-    """The typed error for a failure to secure or authenticate a connection, else None.
-
-    ``login`` says who tried to log in how, e.g. "SASL PLAIN authentication as 'app'".
-    """
-    if isinstance(exc, OAuthBearerFailed):
-        return AuthenticationError(str(exc))  # says what failed where; never holds the token
-    if isinstance(exc, _AUTH_ERRORS):
-        # aiokafka's text is the broker's, which never repeats the password.
-        return AuthenticationError(
-            f"{login} with {where} failed: {exc}; check sasl_mechanism, "
-            "sasl_plain_username and sasl_plain_password"
-        )
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return AuthenticationError(
-            f"TLS certificate of {where} not accepted: {exc.verify_message} (verify code "
-            f"{exc.verify_code}); trust the cluster's CA with "
-            "ssl_context=ssl.create_default_context(cafile=...), and connect by a host name "
-            "or IP address that the certificate lists"
-        )
-    if isinstance(exc, ssl.SSLError) and not isinstance(exc, _SSL_TRANSPORT_ERRORS):
-        return AuthenticationError(
-            f"TLS handshake with {where} failed: {exc.reason or exc}; is that port a TLS "
-            "listener, and does security_protocol match it?"
-        )
-    if isinstance(exc, kerr.KafkaConnectionError) and _tls_alert_answer(exc):
-        return AuthenticationError(
-            f"{where} answered with a TLS alert: it is a TLS listener, so set "
-            "security_protocol='SSL' or 'SASL_SSL' (with an ssl_context trusting its CA)"
-        )
-    return None
-
-
-def _translate(exc: kerr.KafkaError | asyncio.TimeoutError | OSError) -> AioAccumError:
-    auth = _authentication_error(exc, "the broker")
-    if auth is not None:
-        return auth
-    if isinstance(exc, kerr.KafkaError):
-        errno = int(getattr(exc, "errno", -1))
-        return BrokerError(
-            str(exc),
-            errno=errno,
-            retriable=bool(exc.retriable),
-            invalid_metadata=bool(getattr(exc, "invalid_metadata", False)),
-        )
-    if isinstance(exc, TimeoutError):
-        return ProducerTimeoutError(f"request timed out: {exc}")
-    return BrokerError(f"connection error: {exc}", retriable=True, invalid_metadata=True)
-
-
-@contextlib.contextmanager
-def map_errors() -> Iterator[None]:
-    """Turn aiokafka and socket errors into aioaccum's tree, keeping the cause."""
-    try:
-        yield
-    except (kerr.KafkaError, OSError) as exc:
-        raise _translate(exc) from exc
-
-
-class _RedactSaslAuthentication(logging.Filter):
-    """Hides SASL authentication payloads from aiokafka's DEBUG request log.
-
-    aiokafka logs every request it sends, and a PLAIN SaslAuthenticate request carries the
-    password in clear text (SCRAM's carries a proof derived from it, OAUTHBEARER's the token).
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple) and any(map(self._is_sasl, record.args)):
-            record.args = tuple(
-                "SaslAuthenticateRequest(<redacted>)" if self._is_sasl(arg) else arg
-                for arg in record.args
-            )
-        return True
-
-    @staticmethod
-    def _is_sasl(arg: object) -> bool:
-        return type(arg).__name__.startswith("SaslAuthenticateRequest")
-
-
-_SASL_REDACTION = _RedactSaslAuthentication()
-
-
-def _redact_sasl_logs() -> None:
-    conn_logger = logging.getLogger("aiokafka.conn")
-    if _SASL_REDACTION not in conn_logger.filters:
-        conn_logger.addFilter(_SASL_REDACTION)
-
 
 # One message per missing topic a minute, however many sends wait for it.
 _MISSING_TOPIC_LOG = Throttle()
@@ -376,14 +209,14 @@ class AioKafkaAdapter:
         tokens: TokenCache | None = None
         if cfg.sasl_mechanism == OAUTHBEARER:
             # aiokafka opens the connections (PLAINTEXT or SSL); _oauth.OAuthClient runs SASL.
-            _redact_sasl_logs()
+            redact_sasl_logs()
             assert cfg.sasl_oauth_token_provider is not None  # the config's rules see to it
             tokens = TokenCache(
                 cfg.sasl_oauth_token_provider, timeout=cfg.request_timeout_ms / 1000
             )
             security["security_protocol"] = cfg.security_protocol.removeprefix("SASL_")
         elif cfg.sasl_mechanism is not None:
-            _redact_sasl_logs()
+            redact_sasl_logs()
             security["sasl_mechanism"] = cfg.sasl_mechanism
             security["sasl_plain_username"] = cfg.sasl_plain_username
             security["sasl_plain_password"] = cfg.sasl_plain_password
@@ -418,7 +251,7 @@ class AioKafkaAdapter:
                 raise
         except (kerr.KafkaError, OSError) as exc:
             await client.close()
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
         except BaseException:
             await client.close()
             raise
@@ -451,7 +284,7 @@ class AioKafkaAdapter:
         except (TimeoutError, kerr.KafkaError, OSError) as exc:
             cfg = self._config
             login = f"SASL {cfg.sasl_mechanism} authentication as {cfg.sasl_plain_username!r}"
-            auth = _authentication_error(exc, where, login)
+            auth = authentication_error(exc, where, login)
             if auth is not None:
                 raise auth from exc
             detail = f"{where}: {exc!r}"
@@ -672,9 +505,9 @@ class AioKafkaAdapter:
             by_topic[tp[0]].append((tp[1], records))
         request: Any
         if self.produce_v12:
-            request = _produce_v12(self.transactional_id, acks, timeout_ms, by_topic)
+            request = produce_v12(self.transactional_id, acks, timeout_ms, by_topic)
         else:
-            request = _FastProduceRequest(
+            request = FastProduceRequest(
                 transactional_id=self.transactional_id,
                 required_acks=acks,
                 timeout=timeout_ms,
@@ -731,151 +564,3 @@ def _size_of(
         if tp[1] == partition and tp[0] == topic:
             return len(records)
     return None
-
-
-# --- the produce request, encoded in one pass
-
-_PRODUCE = 0
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-_ACKS_AND_TIMEOUT = struct.Struct(">hi")
-_PARTITION_AND_SIZE = struct.Struct(">ii")
-
-
-def _encode_produce(request: Any) -> bytes:
-    """Produce request v3 to v7 (one layout): aiokafka's generic field-by-field encoder costs
-    about 18 us a request, most of it walking the schema; this joins the pieces once."""
-    transactional_id = request.transactional_id
-    if transactional_id is None:
-        parts = [b"\xff\xff"]  # a null string
-    else:
-        raw = transactional_id.encode()
-        parts = [_INT16.pack(len(raw)), raw]
-    parts.append(_ACKS_AND_TIMEOUT.pack(request.required_acks, request.timeout))
-    parts.append(_INT32.pack(len(request.topics)))
-    for topic, partitions in request.topics:
-        raw = topic.encode()
-        parts += (_INT16.pack(len(raw)), raw, _INT32.pack(len(partitions)))
-        for partition, records in partitions:
-            parts += (_PARTITION_AND_SIZE.pack(partition, len(records)), records)
-    return b"".join(parts)
-
-
-_TOPIC_PARTITION_HEADER = struct.Struct(">ihqq")  # partition, error code, offset, timestamp
-
-
-class _ProduceResponse:
-    """A produce response v3 to v7, read in one pass (aiokafka's generic reader: about 13 us).
-
-    ``topics`` has aiokafka's shape: ``[(topic, [(partition, error_code, offset, timestamp,
-    ...)])]``; v5 and later add the log start offset, which is skipped.
-    """
-
-    __slots__ = ("throttle_time_ms", "topics")
-
-    def __init__(self, topics: list[tuple[str, list[tuple[int, ...]]]], throttle: int) -> None:
-        self.topics = topics
-        self.throttle_time_ms = throttle
-
-    @classmethod
-    def reader(cls, version: int) -> Callable[[Any], _ProduceResponse]:
-        skip = 8 if version >= 5 else 0  # log_start_offset
-
-        def decode(stream: Any) -> _ProduceResponse:
-            data = stream.read() if hasattr(stream, "read") else bytes(stream)
-            pos = 4
-            topics = []
-            for _ in range(_INT32.unpack_from(data, 0)[0]):
-                size = _INT16.unpack_from(data, pos)[0]
-                topic = data[pos + 2 : pos + 2 + size].decode()
-                pos += 2 + size
-                count = _INT32.unpack_from(data, pos)[0]
-                pos += 4
-                partitions = []
-                for _ in range(count):
-                    partitions.append(_TOPIC_PARTITION_HEADER.unpack_from(data, pos))
-                    pos += _TOPIC_PARTITION_HEADER.size + skip
-                topics.append((topic, partitions))
-            return cls(topics, _INT32.unpack_from(data, pos)[0])
-
-        return decode
-
-
-def _fast_struct(cls: type[Any]) -> type[Any]:
-    response = type(
-        f"Fast{cls.RESPONSE_TYPE.__name__}",
-        (),
-        {"decode": staticmethod(_ProduceResponse.reader(cls.API_VERSION))},
-    )
-    return type(
-        f"Fast{cls.__name__}", (cls,), {"encode": _encode_produce, "RESPONSE_TYPE": response}
-    )
-
-
-# The request classes aiokafka negotiates, with the one-pass encoder and reader; other versions
-# (none a Kafka 4 broker accepts) keep aiokafka's.
-_FAST_STRUCTS: dict[type[Any], type[Any]] = {
-    cls: _fast_struct(cls)
-    for cls in (
-        ProduceRequest_v3,
-        ProduceRequest_v4,
-        ProduceRequest_v5,
-        ProduceRequest_v6,
-        ProduceRequest_v7,
-    )
-}
-
-
-class _FastProduceRequest(ProduceRequest):  # type: ignore[misc]  # aiokafka is untyped here
-    """aiokafka's ProduceRequest (same version negotiation, same response parsing), whose
-    request body is encoded by :func:`_encode_produce`."""
-
-    def build(self, request_struct_class: type[Any]) -> Any:
-        return super().build(_FAST_STRUCTS.get(request_struct_class, request_struct_class))
-
-
-# --- produce v12, for KIP-890 transactions (flexible format)
-
-
-def _produce_v12(
-    transactional_id: str | None,
-    acks: int,
-    timeout_ms: int,
-    by_topic: Mapping[str, list[tuple[int, memoryview]]],
-) -> Call:
-    """Produce v12: the first version whose partitions join a transaction by themselves
-    (KIP-890); v13 names topics by id instead."""
-
-    def body(_version: int) -> bytes:
-        parts: list[bytes | memoryview] = [
-            compact_str(transactional_id), _ACKS_AND_TIMEOUT.pack(acks, timeout_ms)
-        ]
-        parts.append(uvarint(len(by_topic) + 1))
-        for topic, partitions in by_topic.items():
-            parts += (compact_str(topic), uvarint(len(partitions) + 1))
-            for partition, records in partitions:
-                parts += (I32.pack(partition), uvarint(len(records) + 1), records, NO_TAGS)
-            parts.append(NO_TAGS)
-        parts.append(NO_TAGS)
-        return b"".join(parts)
-
-    def read(_version: int, r: Reader) -> _ProduceResponse:
-        topics = []
-        for _ in range(r.compact_count()):
-            topic = r.compact_str() or ""
-            partitions: list[tuple[Any, ...]] = []
-            for _ in range(r.compact_count()):
-                partition, code, offset, timestamp = r.int32(), r.int16(), r.int64(), r.int64()
-                r.int64()  # log start offset
-                for _ in range(r.compact_count()):  # per-record errors: the message says it
-                    r.int32()
-                    r.compact_str()
-                    r.tags()
-                message = r.compact_str()
-                r.tags()
-                partitions.append((partition, code, offset, timestamp, -1, None, message))
-            r.tags()
-            topics.append((topic, partitions))
-        return _ProduceResponse(topics, r.int32())
-
-    return Call(_PRODUCE, (12,), body, read)

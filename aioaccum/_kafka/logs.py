@@ -105,3 +105,33 @@ def demote_aiokafka_noise() -> None:
         logger = logging.getLogger(name)
         if _DEMOTE not in logger.filters:
             logger.addFilter(_DEMOTE)
+
+
+class _RedactSaslAuthentication(logging.Filter):
+    """Hides SASL authentication payloads from aiokafka's DEBUG request log.
+
+    aiokafka logs every request it sends, and a PLAIN SaslAuthenticate request carries the
+    password in clear text (SCRAM's carries a proof derived from it, OAUTHBEARER's the token).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(map(self._is_sasl, record.args)):
+            record.args = tuple(
+                "SaslAuthenticateRequest(<redacted>)" if self._is_sasl(arg) else arg
+                for arg in record.args
+            )
+        return True
+
+    @staticmethod
+    def _is_sasl(arg: object) -> bool:
+        return type(arg).__name__.startswith("SaslAuthenticateRequest")
+
+
+_SASL_REDACTION = _RedactSaslAuthentication()
+
+
+def redact_sasl_logs() -> None:
+    """Install the filter on aiokafka's connection logger, once."""
+    conn_logger = logging.getLogger("aiokafka.conn")
+    if _SASL_REDACTION not in conn_logger.filters:
+        conn_logger.addFilter(_SASL_REDACTION)

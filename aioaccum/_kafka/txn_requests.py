@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 
 from aiokafka.client import ConnectionGroup, CoordinationType
 
-from aioaccum._kafka.adapter import AioKafkaAdapter, map_errors
+from aioaccum._kafka.adapter import AioKafkaAdapter
+from aioaccum._kafka.errors import map_errors
 from aioaccum._kafka.wire import (
     I8,
     I16,

@@ -15,7 +15,8 @@ from aiokafka.record.default_records import DefaultRecordBatch
 
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
-from aioaccum._kafka.adapter import PartitionResponse, broker_error_for_code
+from aioaccum._kafka.adapter import PartitionResponse
+from aioaccum._kafka.errors import broker_error_for_code
 from aioaccum.errors import AioAccumError, ProducerTimeoutError
 
 

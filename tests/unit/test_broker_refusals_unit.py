@@ -15,7 +15,8 @@ import aioaccum
 from aioaccum import AioAccumError, BrokerError, TopicAuthorizationError
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors, advice
-from aioaccum._kafka.adapter import AioKafkaAdapter, broker_error_for_code
+from aioaccum._kafka.adapter import AioKafkaAdapter
+from aioaccum._kafka.errors import broker_error_for_code
 from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.producer import Producer
 

@@ -19,7 +19,7 @@ import aioaccum.errors as ours
 from aioaccum import compat
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
-from aioaccum._kafka.adapter import broker_error_for_code
+from aioaccum._kafka.errors import broker_error_for_code
 from aioaccum.compat.errors import aiokafka_error
 from aioaccum.compat.producer import AIOKafkaProducer, config_from_aiokafka
 from aioaccum.config.settings import INT_MAX

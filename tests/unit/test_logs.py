@@ -10,7 +10,8 @@ import pytest
 from aioaccum import ProducerTimeoutError
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
-from aioaccum._kafka.adapter import PartitionResponse, broker_error_for_code
+from aioaccum._kafka.adapter import PartitionResponse
+from aioaccum._kafka.errors import broker_error_for_code
 from aioaccum._kafka.logs import REPEAT_EVERY_S, Throttle, demote_aiokafka_noise
 from aioaccum.producer import Producer
 

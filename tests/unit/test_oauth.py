@@ -20,7 +20,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from aioaccum import AuthenticationError, ConfigError, OAuthToken, ProducerConfig
-from aioaccum._kafka.adapter import _authentication_error
+from aioaccum._kafka.errors import authentication_error
 from aioaccum._kafka.oauth import (
     OAuthBearerFailed,
     OAuthClient,
@@ -193,7 +193,7 @@ async def test_a_provider_that_raises_fails_with_its_error_as_the_cause() -> Non
         "token for SASL OAUTHBEARER"
     )
     assert caught.value.__cause__ is provider.error
-    auth = _authentication_error(caught.value, "the broker")
+    auth = authentication_error(caught.value, "the broker")
     assert isinstance(auth, AuthenticationError)
     assert str(auth) == str(caught.value)
 

@@ -8,7 +8,7 @@ import random
 import pytest
 from aiokafka.protocol.produce import ProduceRequest
 
-from aioaccum._kafka.adapter import _FAST_STRUCTS, _FastProduceRequest
+from aioaccum._kafka.produce import FAST_STRUCTS, FastProduceRequest
 
 Topics = list[tuple[str, list[tuple[int, bytes]]]]
 
@@ -34,13 +34,13 @@ def test_requests_encode_byte_for_byte_like_aiokafka(newest: int) -> None:
         topics = random_topics(rng)
         transactional_id = rng.choice([None, "", "tx-1", "tx-é"])
         acks, timeout = rng.choice([-1, 0, 1]), rng.randint(0, 2**31 - 1)
-        ours = _FastProduceRequest(transactional_id, acks, timeout, topics).prepare(versions)
+        ours = FastProduceRequest(transactional_id, acks, timeout, topics).prepare(versions)
         theirs = ProduceRequest(transactional_id, acks, timeout, topics).prepare(versions)
         assert type(ours).API_VERSION == type(theirs).API_VERSION == min(newest, 7)
         assert ours.encode() == theirs.encode()
 
 
-@pytest.mark.parametrize("base", list(_FAST_STRUCTS), ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("base", list(FAST_STRUCTS), ids=lambda cls: cls.__name__)
 def test_responses_read_like_aiokafka(base: type) -> None:
     rng = random.Random(base.API_VERSION)  # type: ignore[attr-defined]
     response_type = base.RESPONSE_TYPE  # type: ignore[attr-defined]
@@ -64,6 +64,6 @@ def test_responses_read_like_aiokafka(base: type) -> None:
         ]
         raw = response_type(topics, rng.randint(0, 5000)).encode()
         theirs = response_type.decode(io.BytesIO(raw))
-        ours = _FAST_STRUCTS[base].RESPONSE_TYPE.decode(io.BytesIO(raw))
+        ours = FAST_STRUCTS[base].RESPONSE_TYPE.decode(io.BytesIO(raw))
         assert ours.throttle_time_ms == theirs.throttle_time_ms
         assert ours.topics == [(t, [tuple(p[:4]) for p in ps]) for t, ps in theirs.topics]

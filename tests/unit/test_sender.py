@@ -11,7 +11,7 @@ from aioaccum import BrokerError, DeliveryTimeoutError, ProducerClosedError, Pro
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
 from aioaccum._core.lifecycle import IllegalStateTransition
-from aioaccum._kafka.adapter import broker_error_for_code
+from aioaccum._kafka.errors import broker_error_for_code
 from aioaccum.producer import Producer
 
 from .fake_kafka import FakeKafka, Request

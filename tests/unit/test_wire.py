@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from aioaccum._kafka.adapter import _produce_v12
+from aioaccum._kafka.produce import produce_v12
 from aioaccum._kafka.wire import Reader, compact_array, compact_str, uvarint
 
 
@@ -29,7 +29,7 @@ def test_compact_strings_and_arrays_carry_their_length_plus_one() -> None:
 
 def test_produce_v12_body_names_the_transaction_and_each_partitions_records() -> None:
     records = memoryview(b"RECORDS!")
-    call = _produce_v12("tx-1", -1, 30000, {"t": [(0, records), (5, memoryview(b"xy"))]})
+    call = produce_v12("tx-1", -1, 30000, {"t": [(0, records), (5, memoryview(b"xy"))]})
     call.prepare({0: (3, 13)})
     assert call.API_VERSION == 12
     r = Reader(call.encode())
@@ -61,7 +61,7 @@ def test_produce_v12_answer_keeps_offsets_and_the_error_message() -> None:
         + b"\x00"  # topic tags
         + struct.pack(">i", 7) + b"\x00"  # throttle, tags
     )
-    call = _produce_v12(None, -1, 1000, {})
+    call = produce_v12(None, -1, 1000, {})
     call.prepare({0: (3, 13)})
     assert call.RESPONSE_TYPE is not None
     response = call.RESPONSE_TYPE.decode(body)
@@ -73,6 +73,6 @@ def test_produce_v12_answer_keeps_offsets_and_the_error_message() -> None:
 
 
 def test_a_broker_without_the_version_is_told_by_name() -> None:
-    call = _produce_v12(None, -1, 1000, {})
+    call = produce_v12(None, -1, 1000, {})
     with pytest.raises(Exception, match=r"versions 3\.\.11; aioaccum needs one of \[12\]"):
         call.prepare({0: (3, 11)})
