@@ -6,7 +6,8 @@ REST Proxy v2 produce requests (binary embedded format) on one cluster.
                                                            10 s each, 3 interleaved rounds
     scripts/bench_serve.py --duration 3 --repeat 1         a quick look
     scripts/bench_serve.py --contenders aioaccum --workers 2
-    scripts/bench_serve.py --install-karapace SRC          build Karapace's venv from a checkout
+    scripts/bench_serve.py --karapace-venv PATH            beside Karapace, installed in PATH
+                                                           by Karapace's own instructions
 
 Each run gets a fresh topic and a fresh server on a free 127.0.0.1 port; a warm-up phase
 (answers counted, not timed) precedes the timed one. The load generator is wrk when it is
@@ -53,11 +54,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.harness import Broker, Cluster
 from benchlib.serve_contenders import (
     AIOACCUM,
-    DEFAULT_KARAPACE_VENV,
+    KARAPACE_INSTALL,
     Launch,
     Settings,
     aioaccum_launch,
-    install_karapace,
     karapace_launch,
     karapace_version,
 )
@@ -508,8 +508,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="records in each request, one row each (default 1,10,100)")
     add("--value-size", type=int, default=100, help="bytes per record value (default 100)")
     add("--repeat", type=int, default=3, help="interleaved rounds; rows are medians (default 3)")
-    add("--contenders", type=_contenders, default=list(CONTENDERS), metavar="NAME,...",
-        help=f"of {', '.join(CONTENDERS)} (default: all; karapace needs --karapace-venv)")
+    add("--contenders", type=_contenders, metavar="NAME,...",
+        help=f"of {', '.join(CONTENDERS)} (default: aioaccum, and karapace with --karapace-venv)")
     add("--workers", type=int, default=1, help="aioaccum serve's worker processes (default 1)")
     add("--partitions", type=int, default=6, help="partitions of each run's topic (default 6)")
     add("--acks", default="1", choices=["0", "1", "all"], help="every producer's acks (1)")
@@ -518,16 +518,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="load generator: wrk if installed (auto), or the asyncio client")
     add("--wrk-threads", type=int, default=1, help="wrk's threads (default 1)")
     add("--json", type=Path, metavar="FILE", help="also write every run's figures to FILE")
-    add("--karapace-venv", type=Path, default=DEFAULT_KARAPACE_VENV,
-        help=f"venv holding Karapace (default {DEFAULT_KARAPACE_VENV})")
-    add("--install-karapace", metavar="SRC",
-        help="build --karapace-venv from a Karapace source checkout, then exit")
-    add("--karapace-python", help="interpreter for that venv (default: a 3.12+ one found)")
-    add("--karapace-version", default="0+source",
-        help="version to build a checkout without .git as (default 0+source)")
-    add("--karapace-buf", metavar="DIR",
-        help="checkout of the buf fork Karapace's go.mod pins, when no module proxy serves it")
-    return parser.parse_args(argv)
+    add("--karapace-venv", type=Path, metavar="PATH",
+        help=f"venv where Karapace is installed, by its own instructions ({KARAPACE_INSTALL})")
+    args = parser.parse_args(argv)
+    if args.contenders is None:
+        args.contenders = list(CONTENDERS) if args.karapace_venv else ["aioaccum"]
+    return args
 
 
 def choose_load(args: argparse.Namespace) -> bool:
@@ -557,13 +553,13 @@ def cluster(args: argparse.Namespace) -> Iterator[str]:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if args.install_karapace:
-        return install_karapace(args)
-    if "karapace" in args.contenders and karapace_version(args.karapace_venv) is None:
+    if "karapace" in args.contenders and (
+        args.karapace_venv is None or karapace_version(args.karapace_venv) is None
+    ):
+        where = f"in {args.karapace_venv}" if args.karapace_venv else "named (--karapace-venv PATH)"
         raise SystemExit(
-            f"no Karapace in {args.karapace_venv}: build it with "
-            "scripts/bench_serve.py --install-karapace SRC (see docs/serve.md), or pass "
-            "--contenders aioaccum"
+            f"no Karapace {where}: install it by its own instructions ({KARAPACE_INSTALL}) "
+            "and pass its venv as --karapace-venv, or pass --contenders aioaccum"
         )
     if "aioaccum" in args.contenders and not AIOACCUM.exists():
         raise SystemExit(f"{AIOACCUM} not found: run scripts/setup-venv")

@@ -1,4 +1,5 @@
-"""The ASGI application: routes, error bodies, and the lifespan that owns the producer.
+"""The ASGI application assembled: the routes of v2 and v3 beside health and metrics, error
+bodies for what no route answers, and the lifespan that owns the producer.
 
 One producer per process, started before the first request is taken and flushed, then closed,
 after the last one ended (the server drains connections before the lifespan's shutdown runs).
@@ -28,20 +29,15 @@ from aioaccum._kafka.cluster_view import ClusterReader
 from aioaccum.integrations._lifecycle import shutdown_producer, start_producer
 from aioaccum.prometheus import ProducerCollector
 
-from . import _v2
+from . import _v2, _v3
 from ._auth import AuthFile
-from ._errors import ErrorCode, RestError
+from ._errors import ErrorCode, RestError, error_response
 from ._gateway import Draining, Gateway
 from ._settings import ServeSettings
-from ._v3 import ProduceRecords
 
 __all__ = ["create_app"]
 
 log = logging.getLogger("aioaccum.serve")
-
-
-def _json_error(error: RestError) -> Response:
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
 
 
 async def healthz(request: Request) -> Response:
@@ -52,13 +48,13 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     if gateway.producer.state is not ProducerState.RUNNING or gateway.draining.started.is_set():
-        return _json_error(
+        return error_response(
             RestError(503, ErrorCode.SERVICE_UNAVAILABLE, "the producer is not running")
         )
     try:
         snapshot = await gateway.probe()
     except AioAccumError as exc:
-        return _json_error(RestError(503, ErrorCode.BROKER_NOT_AVAILABLE, f"not ready: {exc}"))
+        return error_response(RestError(503, ErrorCode.BROKER_NOT_AVAILABLE, f"not ready: {exc}"))
     found: dict[str, object] = {"status": "ready"}
     # The cluster's id and brokers only to a caller who may see them: /readyz needs no
     # credentials, and they help an attacker map the cluster.
@@ -80,64 +76,9 @@ async def metrics(request: Request) -> Response:
     try:
         gateway.principal(request.headers)
     except RestError as error:
-        return _json_error(error)
+        return error_response(error)
     registry: CollectorRegistry = request.app.state.registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-
-def _cluster(base: str, cluster_id: str, controller: int) -> dict[str, object]:
-    self_url = f"{base}/v3/clusters/{cluster_id}"
-    return {
-        "kind": "KafkaCluster",
-        "metadata": {"self": self_url, "resource_name": f"crn:///kafka={cluster_id}"},
-        "cluster_id": cluster_id,
-        "controller": {"related": f"{self_url}/brokers/{controller}"},
-        "brokers": {"related": f"{self_url}/brokers"},
-        "topics": {"related": f"{self_url}/topics"},
-    }
-
-
-async def _cluster_id(request: Request) -> tuple[str, int]:
-    gateway: Gateway = request.app.state.gateway
-    gateway.principal(request.headers)
-    snapshot = await gateway.describe([])
-    if snapshot.cluster_id is None:
-        raise RestError(
-            500, ErrorCode.KAFKA_ERROR, "the brokers gave no cluster id (Kafka older than 0.10.1)"
-        )
-    return snapshot.cluster_id, snapshot.controller
-
-
-async def list_clusters(request: Request) -> Response:
-    try:
-        cluster_id, controller = await _cluster_id(request)
-    except RestError as error:
-        return _json_error(error)
-    base = str(request.base_url).rstrip("/")
-    return JSONResponse(
-        {
-            "kind": "KafkaClusterList",
-            "metadata": {"self": f"{base}/v3/clusters", "next": None},
-            "data": [_cluster(base, cluster_id, controller)],
-        }
-    )
-
-
-async def get_cluster(request: Request) -> Response:
-    try:
-        cluster_id, controller = await _cluster_id(request)
-    except RestError as error:
-        return _json_error(error)
-    asked = request.path_params["cluster_id"]
-    if asked != cluster_id:
-        return _json_error(
-            RestError(
-                404,
-                ErrorCode.NOT_FOUND,
-                f"cluster {asked} cannot be found: this server produces to cluster {cluster_id}",
-            )
-        )
-    return JSONResponse(_cluster(str(request.base_url).rstrip("/"), cluster_id, controller))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -157,13 +98,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     # The server logs the exception with its traceback; the client gets REST Proxy's body.
-    return JSONResponse(
-        {
-            "error_code": int(ErrorCode.INTERNAL),
-            "message": f"internal server error ({type(exc).__name__}); the server's log has the "
-            "details",
-        },
-        status_code=500,
+    return error_response(
+        RestError(
+            500,
+            ErrorCode.INTERNAL,
+            f"internal server error ({type(exc).__name__}); the server's log has the details",
+        )
     )
 
 
@@ -269,17 +209,8 @@ def create_app(settings: ServeSettings) -> Starlette:
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
-            Route("/topics", _v2.list_topics, methods=["GET"]),
-            Route("/topics/{topic}", _v2.describe_topic, methods=["GET"]),
-            Route("/topics/{topic}", _v2.produce, methods=["POST"]),
-            Route("/topics/{topic}/partitions/{partition:int}", _v2.produce, methods=["POST"]),
-            Route("/v3/clusters", list_clusters, methods=["GET"]),
-            Route("/v3/clusters/{cluster_id}", get_cluster, methods=["GET"]),
-            Route(
-                "/v3/clusters/{cluster_id}/topics/{topic}/records",
-                ProduceRecords(),
-                methods=["POST"],
-            ),
+            *_v2.routes(),
+            *_v3.routes(),
         ],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         lifespan=lifespan,

@@ -35,7 +35,9 @@ gateway's principal could not authenticate to the cluster).
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from aioaccum.errors import (
     AioAccumError,
@@ -49,7 +51,12 @@ from aioaccum.errors import (
     TopicAuthorizationError,
 )
 
-__all__ = ["ErrorCode", "RestError", "record_error_code", "rest_error_for"]
+if TYPE_CHECKING:
+    from starlette.responses import Response
+
+__all__ = ["ErrorCode", "RestError", "error_response", "record_error_code", "rest_error_for"]
+
+JSON_TYPE = "application/json"
 
 # A full buffer drains within about a linger and a round trip: come back soon. An unreachable
 # cluster takes longer.
@@ -114,10 +121,25 @@ class RestError(AioAccumError):
     def body(self) -> dict[str, object]:
         return {"error_code": int(self.code), "message": str(self)}
 
+    def json_body(self) -> bytes:
+        """:meth:`body` as compact JSON, the bytes of every error answer. Non-ASCII is escaped,
+        so any message encodes (a lone surrogate from a JSON string included)."""
+        return json.dumps(self.body(), separators=(",", ":")).encode()
+
     def headers(self) -> dict[str, str]:
         if self.retry_after is None:
             return dict(self._headers)
         return {**self._headers, "Retry-After": str(self.retry_after)}
+
+
+def error_response(error: RestError, media_type: str = JSON_TYPE) -> Response:
+    """The error as a whole HTTP answer: its status, its headers (``Retry-After``) and
+    :meth:`RestError.json_body`."""
+    # Imported here: the command line imports this package to build its help, and must not
+    # need the web stack (the serve extra) for that.
+    from starlette.responses import Response
+
+    return Response(error.json_body(), error.status, error.headers(), media_type)
 
 
 def buffer_full(buffer_memory: int, waited_ms: int) -> RestError:

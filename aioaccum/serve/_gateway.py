@@ -39,7 +39,7 @@ from ._errors import (
 )
 from ._settings import ServeSettings
 
-__all__ = ["ByteBudget", "Draining", "Gateway", "Outcome"]
+__all__ = ["STOPS_THE_REST", "ByteBudget", "Draining", "Gateway", "Outcome"]
 
 log = logging.getLogger("aioaccum.serve")
 
@@ -48,6 +48,14 @@ log = logging.getLogger("aioaccum.serve")
 TOPIC_TTL_S = 10.0
 
 Outcome = RecordMetadata | RestError
+
+# What Gateway.send raises when the buffer stayed full, the brokers are out of reach or the
+# server stops: the records after this one in the same request or stream would meet the same
+# (each after its own wait), so none of them is sent, and the client sends the rest again, in
+# order, once it may.
+STOPS_THE_REST = frozenset(
+    {ErrorCode.TOO_MANY_REQUESTS, ErrorCode.SERVICE_UNAVAILABLE, ErrorCode.BROKER_NOT_AVAILABLE}
+)
 
 
 class ByteBudget:
@@ -260,6 +268,7 @@ class Gateway:
 
     @staticmethod
     def check_partition(info: TopicInfo, partition: int | None) -> None:
+        """Raises RestError 404 (40402) unless ``partition`` is None or one of the topic's."""
         if partition is not None and not 0 <= partition < len(info.partitions):
             raise partition_not_found(info.name, partition, len(info.partitions))
 
@@ -279,7 +288,8 @@ class Gateway:
 
         Raises:
             RestError: 429 when the buffer stayed full, 413 for a record too large, 503 when
-                the producer is closing, and the rest of :func:`rest_error_for`.
+                the producer is closing, and the rest of :func:`rest_error_for`; a code in
+                :data:`STOPS_THE_REST` says that the records after this one would fail alike.
         """
         if self.draining.started.is_set():
             raise RestError(

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
 
 from aioaccum import FutureRecordMetadata
 
@@ -37,14 +38,15 @@ from ._errors import (
     RETRY_AFTER_FULL_S,
     ErrorCode,
     RestError,
+    error_response,
     invalid_payload,
     record_error_code,
     topic_not_found,
 )
-from ._gateway import ByteBudget, Gateway
+from ._gateway import STOPS_THE_REST, ByteBudget, Gateway
 from ._records import decode_json, encode_json
 
-__all__ = ["V2_CONTENT_TYPE", "describe_topic", "list_topics", "produce"]
+__all__ = ["V2_CONTENT_TYPE", "describe_topic", "list_topics", "produce", "routes"]
 
 V2_CONTENT_TYPE = "application/vnd.kafka.v2+json"
 
@@ -73,10 +75,6 @@ class _Record(NamedTuple):
 
 def answer(body: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return JSONResponse(body, status_code=status, headers=headers, media_type=V2_CONTENT_TYPE)
-
-
-def error_answer(error: RestError) -> Response:
-    return answer(error.body(), error.status, error.headers())
 
 
 def _embedded_format(content_type: str | None) -> str:
@@ -270,7 +268,7 @@ async def _produce(request: Request, gateway: Gateway) -> Response:
                     info, path_partition if record.partition is None else record.partition
                 )
         except RestError as error:
-            return error_answer(error)
+            return error_response(error, V2_CONTENT_TYPE)
         futures, failures = await _send_all(gateway, topic, path_partition, records)
         del records
     finally:
@@ -282,12 +280,6 @@ def _parsed_size(records: list[_Record]) -> int:
     return sum(
         len(r.key or b"") + len(r.value or b"") + _RECORD_OVERHEAD for r in records
     )
-
-
-# Errors after which the records that follow in the same request are not tried.
-_STOPS_THE_REST = frozenset(
-    {ErrorCode.TOO_MANY_REQUESTS, ErrorCode.SERVICE_UNAVAILABLE, ErrorCode.BROKER_NOT_AVAILABLE}
-)
 
 
 async def _send_all(
@@ -303,11 +295,8 @@ async def _send_all(
             )
         except RestError as error:
             failures[index] = error
-            if error.code in _STOPS_THE_REST:
-                # The buffer is full, the brokers are out of reach or the server stops: the
-                # records after this one would meet the same (each after its own wait), so
-                # none of them is sent (each gets this error), and the client can send the
-                # rest again in order.
+            if error.code in STOPS_THE_REST:
+                # None of the records after this one is sent; each gets this error.
                 for later in range(index + 1, len(records)):
                     failures[later] = error
                 break
@@ -344,7 +333,7 @@ async def _answer_outcomes(
                 }
             )
     if delivered == 0 and first_error is not None:
-        return error_answer(first_error)
+        return error_response(first_error, V2_CONTENT_TYPE)
     return answer({"key_schema_id": None, "value_schema_id": None, "offsets": offsets})
 
 
@@ -354,7 +343,7 @@ async def list_topics(request: Request) -> Response:
         principal = gateway.principal(request.headers)
         snapshot = await gateway.describe(None)
     except RestError as error:
-        return error_answer(error)
+        return error_response(error, V2_CONTENT_TYPE)
     names = sorted(
         name
         for name, info in snapshot.topics.items()
@@ -370,10 +359,10 @@ async def describe_topic(request: Request) -> Response:
         gateway.authorize(request.headers, topic)
         snapshot = await gateway.describe([topic])
     except RestError as error:
-        return error_answer(error)
+        return error_response(error, V2_CONTENT_TYPE)
     info = snapshot.topics.get(topic)
     if info is None:
-        return error_answer(topic_not_found(topic))
+        return error_response(topic_not_found(topic), V2_CONTENT_TYPE)
     return answer(
         {
             "name": info.name,
@@ -392,3 +381,11 @@ async def describe_topic(request: Request) -> Response:
         }
     )
 
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/topics", list_topics, methods=["GET"]),
+        Route("/topics/{topic}", describe_topic, methods=["GET"]),
+        Route("/topics/{topic}", produce, methods=["POST"]),
+        Route("/topics/{topic}/partitions/{partition:int}", produce, methods=["POST"]),
+    ]

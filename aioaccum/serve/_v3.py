@@ -1,4 +1,7 @@
-"""REST Proxy's v3 produce API, streaming included.
+"""REST Proxy's v3 API: produce, streaming included, and the cluster it produces to.
+
+``GET /v3/clusters`` lists the one cluster this server produces to and
+``GET /v3/clusters/{cluster_id}`` describes it (404 for any other id).
 
 ``POST /v3/clusters/{cluster_id}/topics/{topic}/records`` takes one or more JSON objects, one
 after the other (separated by whitespace or by nothing), each a record::
@@ -38,36 +41,37 @@ import asyncio
 import datetime
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from aioaccum import FutureRecordMetadata, RecordMetadata
+from aioaccum._kafka.cluster_view import TopicInfo
 
-from ._errors import RETRY_AFTER_FULL_S, RETRY_AFTER_OUTAGE_S, ErrorCode, RestError, bad_request
-from ._gateway import Gateway
+from ._errors import (
+    RETRY_AFTER_FULL_S,
+    RETRY_AFTER_OUTAGE_S,
+    ErrorCode,
+    RestError,
+    bad_request,
+    error_response,
+)
+from ._gateway import STOPS_THE_REST, Gateway
 from ._records import ObjectSplitter, decode_json, parse_record
 
-__all__ = ["ProduceRecords", "iso_timestamp", "json_error"]
+__all__ = ["ProduceRecords", "get_cluster", "iso_timestamp", "list_clusters", "routes"]
 
 log = logging.getLogger("aioaccum.serve")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 # Records read and not yet answered, per stream, by number and by bytes of their objects:
 # beyond either the stream stops reading until answers catch up, so a client that never reads
 # its answers cannot make the server hold more.
 MAX_UNANSWERED = 10_000
 _SEPARATOR = b"\r\n"
-# Errors after which a stream reads no more records.
-_ENDS_THE_STREAM = frozenset(
-    {ErrorCode.TOO_MANY_REQUESTS, ErrorCode.SERVICE_UNAVAILABLE, ErrorCode.BROKER_NOT_AVAILABLE}
-)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -78,10 +82,6 @@ def iso_timestamp(ms: int) -> str:
     except OverflowError:
         return str(ms)  # outside what ISO 8601 can say; parse_record lets none such in
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
-def json_error(error: RestError) -> bytes:
-    return json.dumps(error.body(), separators=(",", ":")).encode()
 
 
 @dataclass(slots=True)
@@ -165,9 +165,9 @@ class ProduceRecords:
                 )
             info = await gateway.topic(topic, not_found=ErrorCode.NOT_FOUND)
         except RestError as error:
-            await _send_whole(send, error.status, json_error(error), error.headers())
+            await error_response(error)(scope, receive, send)
             return
-        stream = _Stream(gateway, info.name, len(info.partitions), cluster_id, receive, send)
+        stream = _Stream(gateway, info, cluster_id, scope, receive, send)
         await stream.run()
 
 
@@ -178,16 +178,17 @@ class _Stream:
     def __init__(
         self,
         gateway: Gateway,
-        topic: str,
-        partitions: int,
+        info: TopicInfo,
         cluster_id: str,
+        scope: Scope,
         receive: Receive,
         send: Send,
     ) -> None:
         self._gateway = gateway
-        self._topic = topic
-        self._partitions = partitions
+        self._info = info
+        self._topic = info.name
         self._cluster_id = cluster_id
+        self._scope = scope
         self._receive = receive
         # Bounded by write.timeout.ms (the app's BoundedWrites): a stalled client raises.
         self._send = send
@@ -335,28 +336,19 @@ class _Stream:
                     )
                 record = parse_record(decode_json(raw, "a record"))
                 del raw
-                partition = record.partition
-                if partition is not None and partition >= self._partitions:
-                    raise RestError(
-                        404,
-                        ErrorCode.PARTITION_NOT_FOUND,
-                        f"partition {partition} not found: topic {self._topic!r} has "
-                        f"{self._partitions} partition(s)",
-                    )
+                gateway.check_partition(self._info, record.partition)
                 future = await gateway.send(
                     self._topic,
                     record.key,
                     record.value,
-                    partition=partition,
+                    partition=record.partition,
                     timestamp_ms=record.timestamp_ms,
                     headers=record.headers or None,
                 )
             except RestError as error:
                 await self._put(_Answer(error=error))
-                if error.code in _ENDS_THE_STREAM:
-                    # Each record after this one would wait out the same full buffer or
-                    # missing brokers: the stream ends with this record's answer, and the
-                    # client sends the rest again once it may.
+                if error.code in STOPS_THE_REST:
+                    # The stream ends with this record's answer.
                     return False
                 continue
             await self._put(
@@ -400,7 +392,7 @@ class _Stream:
             error = self._cut_short or RestError(
                 422, ErrorCode.INVALID_PAYLOAD, "Request body is empty. Data is required."
             )
-            await _send_whole(self._send, error.status, json_error(error), error.headers())
+            await self._send_error(error)
             return
         body, failed = await self._resolve(answer)
         following = await self._next_if_ready()
@@ -411,7 +403,7 @@ class _Stream:
             and self._cut_short is None
         ):
             # A request of one record: its own status, as a plain request would get.
-            await _send_whole(self._send, failed.status, body, failed.headers())
+            await self._send_error(failed)
             return
         await self._send(
             {
@@ -431,9 +423,12 @@ class _Stream:
                 await self._chunk(body)
             answer = await self._answers.get()
         if self._cut_short is not None and not self._body_done:
-            await self._chunk(json_error(self._cut_short))
+            await self._chunk(self._cut_short.json_body())
         if not self._disconnected:
             await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _send_error(self, error: RestError) -> None:
+        await error_response(error)(self._scope, self._receive, self._send)
 
     async def _next_if_ready(self) -> _Answer | None:
         """The answer after the first when reading is over: the first decides the status only
@@ -452,11 +447,11 @@ class _Stream:
     async def _resolve(self, answer: _Answer) -> tuple[bytes, RestError | None]:
         self._unanswered.remove(answer.size)
         if answer.error is not None:
-            return json_error(answer.error), answer.error
+            return answer.error.json_body(), answer.error
         assert answer.future is not None
         [outcome] = await self._gateway.settle([answer.future])
         if isinstance(outcome, RestError):
-            return json_error(outcome), outcome
+            return outcome.json_body(), outcome
         return self._success(outcome, answer), None
 
     def _success(self, metadata: RecordMetadata, answer: _Answer) -> bytes:
@@ -488,9 +483,72 @@ def _shutting_down() -> RestError:
     )
 
 
-async def _send_whole(send: Send, status: int, body: bytes, headers: dict[str, str]) -> None:
-    raw_headers = [(b"content-type", b"application/json")]
-    raw_headers += [(name.lower().encode(), value.encode()) for name, value in headers.items()]
-    raw_headers.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+# --- the cluster
+
+
+def _cluster(base: str, cluster_id: str, controller: int) -> dict[str, object]:
+    self_url = f"{base}/v3/clusters/{cluster_id}"
+    return {
+        "kind": "KafkaCluster",
+        "metadata": {"self": self_url, "resource_name": f"crn:///kafka={cluster_id}"},
+        "cluster_id": cluster_id,
+        "controller": {"related": f"{self_url}/brokers/{controller}"},
+        "brokers": {"related": f"{self_url}/brokers"},
+        "topics": {"related": f"{self_url}/topics"},
+    }
+
+
+async def _cluster_id(request: Request) -> tuple[str, int]:
+    gateway: Gateway = request.app.state.gateway
+    gateway.principal(request.headers)
+    snapshot = await gateway.describe([])
+    if snapshot.cluster_id is None:
+        raise RestError(
+            500, ErrorCode.KAFKA_ERROR, "the brokers gave no cluster id (Kafka older than 0.10.1)"
+        )
+    return snapshot.cluster_id, snapshot.controller
+
+
+async def list_clusters(request: Request) -> Response:
+    """``GET /v3/clusters``: the one cluster this server produces to."""
+    try:
+        cluster_id, controller = await _cluster_id(request)
+    except RestError as error:
+        return error_response(error)
+    base = str(request.base_url).rstrip("/")
+    return JSONResponse(
+        {
+            "kind": "KafkaClusterList",
+            "metadata": {"self": f"{base}/v3/clusters", "next": None},
+            "data": [_cluster(base, cluster_id, controller)],
+        }
+    )
+
+
+async def get_cluster(request: Request) -> Response:
+    """``GET /v3/clusters/{cluster_id}``: that cluster, or 404 for any other id."""
+    try:
+        cluster_id, controller = await _cluster_id(request)
+    except RestError as error:
+        return error_response(error)
+    asked = request.path_params["cluster_id"]
+    if asked != cluster_id:
+        return error_response(
+            RestError(
+                404,
+                ErrorCode.NOT_FOUND,
+                f"cluster {asked} cannot be found: this server produces to cluster {cluster_id}",
+            )
+        )
+    return JSONResponse(_cluster(str(request.base_url).rstrip("/"), cluster_id, controller))
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/v3/clusters", list_clusters, methods=["GET"]),
+        Route("/v3/clusters/{cluster_id}", get_cluster, methods=["GET"]),
+        Route(
+            "/v3/clusters/{cluster_id}/topics/{topic}/records", ProduceRecords(), methods=["POST"]
+        ),
+    ]

@@ -12,20 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aioaccum import AioAccumError
 
 __all__ = ["BoundedWrites", "ClientStalled"]
 
 log = logging.getLogger("aioaccum.serve")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class ClientStalled(AioAccumError):

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from aioaccum._kafka.cluster_view import PartitionInfo, TopicInfo
 from aioaccum.errors import (
     AuthenticationError,
     BrokerError,
@@ -20,8 +21,14 @@ from aioaccum.errors import (
     TopicAuthorizationError,
 )
 from aioaccum.serve import AuthFile, ServeSettings
-from aioaccum.serve._errors import ErrorCode, RestError, record_error_code, rest_error_for
-from aioaccum.serve._gateway import ByteBudget
+from aioaccum.serve._errors import (
+    ErrorCode,
+    RestError,
+    error_response,
+    record_error_code,
+    rest_error_for,
+)
+from aioaccum.serve._gateway import ByteBudget, Gateway
 from aioaccum.serve._records import MAX_TIMESTAMP_MS, ObjectSplitter, decode_json, parse_record
 from aioaccum.serve._v2 import parse_records
 from aioaccum.serve._v3 import iso_timestamp
@@ -161,6 +168,33 @@ def test_v2_record_codes_are_rest_proxys() -> None:
 def test_config_error_is_422_not_500() -> None:
     error = rest_error_for(ConfigError("timestamp_ms must be >= 0"))
     assert (error.status, error.code) == (422, 42201)
+
+
+def test_an_error_answer_has_its_status_retry_after_and_rest_proxys_body() -> None:
+    error = RestError(429, ErrorCode.TOO_MANY_REQUESTS, "full", retry_after=1)
+    response = error_response(error, "application/vnd.kafka.v2+json")
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "1"
+    assert response.headers["content-type"] == "application/vnd.kafka.v2+json"
+    assert json.loads(bytes(response.body)) == {"error_code": 42901, "message": "full"}
+    assert int(response.headers["content-length"]) == len(response.body)
+
+
+def test_an_error_body_encodes_any_message() -> None:
+    # A lone surrogate (from a JSON escape in a request) has no UTF-8 form: escaped, not a crash.
+    error = RestError(400, ErrorCode.BAD_REQUEST, "topic caf\u00e9 \ud800")
+    assert json.loads(error.json_body()) == error.body()
+
+
+def test_the_partition_check_names_the_range() -> None:
+    info = TopicInfo("t", False, (PartitionInfo(0, 1, (1,), (1,)), PartitionInfo(1, 1, (1,), (1,))))
+    Gateway.check_partition(info, None)
+    Gateway.check_partition(info, 1)
+    for wrong in (2, -1):
+        with pytest.raises(RestError) as caught:
+            Gateway.check_partition(info, wrong)
+        assert (caught.value.status, caught.value.code) == (404, ErrorCode.PARTITION_NOT_FOUND)
+        assert "has 2 partition(s), 0 to 1" in str(caught.value)
 
 
 # --- the byte budget
