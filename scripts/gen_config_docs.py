@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from aioaccum.config.producer_config import SETTINGS, NoJavaName, Setting
+from aioaccum.config import SETTINGS, NoJavaName, Setting
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
