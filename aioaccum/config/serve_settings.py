@@ -47,16 +47,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_body_bytes", "max.body.bytes", _POSITIVE, 8 * 1024 * 1024,
             "largest v2 request body, and largest single record object of a v3 stream (413)"),
     Setting("body_budget_bytes", "body.budget.bytes", _POSITIVE, 64 * 1024 * 1024,
-            "request bytes all requests together may hold before they reach the producer (429)"),
+            "request bytes all requests together may hold before they reach the producer "
+            "(429 beyond); at least max.body.bytes"),
     Setting("read_timeout_ms", "read.timeout.ms", _POSITIVE, 30_000,
-            "longest wait for more of a request body, or for the next record of a v3 stream"),
+            "longest wait for more of a request body, or for the next record of a v3 stream "
+            "(408)"),
     Setting("write_timeout_ms", "write.timeout.ms", _POSITIVE, 30_000,
             "longest wait for a client to take (part of) an answer; then the connection is "
             "closed"),
     Setting("max_records_per_request", "max.records.per.request", _POSITIVE, 10_000,
             "most records in one v2 request (413 above it)"),
     Setting("stream_max_duration_ms", "stream.max.duration.ms", _POSITIVE, 600_000,
-            "longest a v3 stream is read; then it answers what it read and ends"),
+            "longest a v3 stream is read; then it answers what it read, adds one 408, and "
+            "ends"),
     Setting("max_connections", "max.connections", _POSITIVE, 1000,
             "connections and requests served at once per worker; more are answered 503"),
     Setting("shutdown_grace_ms", "shutdown.grace.ms", _POSITIVE, 10_000,
