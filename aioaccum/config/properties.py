@@ -210,7 +210,6 @@ def producer_properties(
     return props
 
 
-
 # --- values through the rows
 
 _JAAS = re.compile(
