@@ -7,7 +7,8 @@ every 5 seconds and a final line with records/sec, MB/sec, average and maximum l
 
 Both take the producer's settings as Kafka's tools do: ``--producer.config FILE``, a Java
 ``.properties`` file (the place for credentials, which on the command line would show in ``ps``
-and the shell's history), then ``--producer-props KEY=VALUE ...``, which override the file.
+and the shell's history), then ``--producer-props KEY=VALUE ...``, which override the file;
+:mod:`aioaccum.config.properties` reads them, for ``serve`` as well.
 """
 
 from __future__ import annotations
@@ -16,17 +17,15 @@ import argparse
 import asyncio
 import logging
 import random
-import re
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aioaccum import _speedups
 from aioaccum._runtime.loops import LoopFactory, default_loop_factory, describe_loop
-from aioaccum.config.producer_config import JAVA_TO_PYTHON
-from aioaccum.config.settings import FIELDS
-from aioaccum.errors import AioAccumError, ConfigError
+from aioaccum.config.properties import producer_properties
+from aioaccum.errors import AioAccumError
 from aioaccum.producer import Producer
 
 __all__ = ["main"]
@@ -35,176 +34,6 @@ _WINDOW_S = 5.0
 # Latency is measured on a sample: a done-callback on every record would cost more than the
 # send itself. 100,000 samples keep the 99.9th percentile meaningful.
 _MAX_LATENCY_SAMPLES = 100_000
-
-
-def _parse_props(pairs: Sequence[str]) -> dict[str, str]:
-    props: dict[str, str] = {}
-    for number, pair in enumerate(pairs, 1):
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            # Not quoted: a word without "=" may be a password that lost its key.
-            lacks = "key" if sep else "'='"
-            raise ConfigError(
-                f"--producer-props expects KEY=VALUE pairs, but pair {number} of {len(pairs)} "
-                f"has no {lacks}; write it as KEY=VALUE"
-            )
-        props[key.strip()] = value.strip()
-    return props
-
-
-# --- --producer.config: Java's .properties format, as java.util.Properties.load reads it
-
-_WHITESPACE = " \t\f"
-_NEWLINE = re.compile(r"\r\n|\r|\n")
-_ESCAPE = re.compile(r"\\(u[0-9A-Fa-f]{4}|u|.)")
-_ESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def read_properties_file(path: str, option: str = "--producer.config") -> dict[str, str]:
-    """The settings in a Java ``.properties`` file, read as Kafka's tools read it.
-
-    Lines are ``name=value`` or ``name: value``; blank lines and lines starting with ``#`` or
-    ``!`` are skipped; a line ending in ``\\`` continues on the next (as a multi-line
-    ``sasl.jaas.config`` usually does); ``\\uXXXX``, ``\\t`` and the like are unescaped.
-    Values are trimmed, as Kafka's ``ConfigDef`` trims them. A name given twice keeps its
-    last value. Unlike Java, a line without ``=`` or ``:`` is an error, not a name with an
-    empty value: in a file of producer settings it is a typo or a broken continuation.
-
-    Args:
-        path: The file, as given to ``--producer.config``.
-        option: The option that named the file, for the messages.
-
-    Returns:
-        Property names and their string values, in file order.
-
-    Raises:
-        ConfigError: The file cannot be read, is not UTF-8, or a line is malformed; the
-            message names the file and the line but never quotes a value.
-    """
-    try:
-        with open(path, "rb") as file:
-            data = file.read()
-    except OSError as exc:
-        raise ConfigError(
-            f"{option} {path}: cannot read it ({exc.strerror or exc}); give the path "
-            f"of a readable Java .properties file (name=value lines)"
-        ) from exc
-    try:
-        # Java reads Latin-1, but files are written in UTF-8 today; ASCII reads the same.
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(
-            f"{option} {path}, line {line}: not UTF-8 text; save the file as UTF-8"
-        ) from exc
-    lines = _NEWLINE.split(text)
-    props: dict[str, str] = {}
-    index = 0
-    while index < len(lines):
-        where = f"{option} {path}, line {index + 1}"
-        logical = lines[index].lstrip(_WHITESPACE)
-        index += 1
-        if not logical or logical[0] in "#!":
-            continue
-        while _continues(logical):
-            logical = logical[:-1]
-            if index == len(lines):
-                break
-            logical += lines[index].lstrip(_WHITESPACE)
-            index += 1
-        key, value = _split_property(logical, where)
-        props[key] = value
-    return props
-
-
-def _continues(line: str) -> bool:
-    """An odd number of trailing backslashes: the last one joins the next line."""
-    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
-
-
-def _split_property(line: str, where: str) -> tuple[str, str]:
-    # java.util.Properties.load0: the name ends at the first unescaped '=', ':' or
-    # whitespace; then whitespace and at most one '=' or ':' lead to the value.
-    key_end = value_start = len(line)
-    has_separator = escaped = False
-    for position, char in enumerate(line):
-        if not escaped and char in "=:" + _WHITESPACE:
-            key_end, value_start, has_separator = position, position + 1, char in "=:"
-            break
-        escaped = char == "\\" and not escaped
-    while value_start < len(line):
-        char = line[value_start]
-        if not has_separator and char in "=:":
-            has_separator = True
-        elif char not in _WHITESPACE:
-            break
-        value_start += 1
-    # No text from the line in these messages: it may hold a secret.
-    if not has_separator:
-        raise ConfigError(
-            f"{where}: no '=' or ':' after the setting's name; write name=value, or start the "
-            f"line with # to comment it out"
-        )
-    if key_end == 0:
-        raise ConfigError(f"{where}: the setting's name is empty; write name=value")
-    key = _unescape(line[:key_end], where)
-    return key, _unescape(line[value_start:], where).strip()
-
-
-def _unescape(text: str, where: str) -> str:
-    def one(match: re.Match[str]) -> str:
-        code = match[1]
-        if code == "u":
-            raise ConfigError(
-                f"{where}: \\u must be followed by four hex digits (Java's \\uXXXX escape); "
-                f"write \\\\ for a backslash"
-            )
-        if len(code) == 5:
-            return chr(int(code[1:], 16))
-        return _ESCAPED.get(code, code)
-
-    return _ESCAPE.sub(one, text)
-
-
-def _settings_of(key: str) -> frozenset[str]:
-    """The settings a property sets, so two spellings of one setting are seen as one."""
-    label = key.strip()
-    if label == "sasl.jaas.config":
-        return frozenset({"sasl_plain_username", "sasl_plain_password"})
-    return frozenset({label if label in FIELDS else JAVA_TO_PYTHON.get(label, label)})
-
-
-def _override(base: Mapping[str, str], top: Mapping[str, str]) -> dict[str, str]:
-    # Drop what ``top`` sets under any spelling: "linger_ms" on the command line replaces
-    # "linger.ms" from the file, instead of the two conflicting in from_properties.
-    replaced = frozenset().union(*map(_settings_of, top))
-    merged = {key: value for key, value in base.items() if not _settings_of(key) & replaced}
-    merged.update(top)
-    return merged
-
-
-def producer_properties(
-    config_file: str | None, pairs: Sequence[str], bootstrap_server: str | None
-) -> dict[str, str]:
-    """The producer's properties from the command line, for :meth:`Producer.from_properties`.
-
-    As in Kafka's tools, ``--producer.config`` comes first, ``--producer-props`` override it
-    and ``--bootstrap-server`` overrides both, whichever spelling (``linger.ms`` or
-    ``linger_ms``) each uses.
-
-    Args:
-        config_file: The ``--producer.config`` file, if any.
-        pairs: The ``--producer-props`` ``KEY=VALUE`` pairs.
-        bootstrap_server: The ``--bootstrap-server`` value, if any.
-
-    Raises:
-        ConfigError: The file cannot be read or has a malformed line, or a pair has no ``=``.
-    """
-    props = read_properties_file(config_file) if config_file is not None else {}
-    props = _override(props, _parse_props(pairs))
-    if bootstrap_server:
-        props = _override(props, {"bootstrap.servers": bootstrap_server})
-    return props
 
 
 class _Stats:
@@ -398,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_producer_settings(produce)
     _add_loop_choice(produce, uvloop_alias=False)
 
-    # Imported here: aioaccum.serve reads the producer's settings with this module's helpers.
+    # Imported here, to keep `aioaccum perf` quick to start.
     from aioaccum.serve import HELP_EPILOG, add_arguments
 
     serve = sub.add_parser(

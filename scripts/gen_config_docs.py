@@ -1,9 +1,11 @@
-"""Writes docs/configuration.md from the rows of ``aioaccum.config.SETTINGS``.
+"""Writes docs/configuration.md from the producer's rows (``aioaccum.config.SETTINGS``), and the
+table of the server's settings in docs/serve.md from the HTTP service's rows.
 
-    .venv/bin/python scripts/gen_config_docs.py           rewrite the page
-    .venv/bin/python scripts/gen_config_docs.py --check   exit 1 if the page is out of date
+    .venv/bin/python scripts/gen_config_docs.py           rewrite the pages
+    .venv/bin/python scripts/gen_config_docs.py --check   exit 1 if a page is out of date
 
-tests/unit/test_config_docs.py fails while the committed page differs from :func:`render`.
+tests/unit/test_config_docs.py fails while a committed page differs from :func:`render` or
+:func:`render_serve`.
 """
 
 from __future__ import annotations
@@ -12,9 +14,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from aioaccum.config.producer_config import SETTINGS, NoJavaName, Setting
+from aioaccum.config import SETTINGS, NoJavaName, Setting
+from aioaccum.config.serve_settings import SETTINGS as SERVE_SETTINGS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+SERVE_DOCS = DOCS.with_name("serve.md")
+SERVE_BEGIN = (
+    "<!-- Generated from SETTINGS in aioaccum/config/serve_settings.py by "
+    "scripts/gen_config_docs.py; edit those. -->\n"
+)
+SERVE_END = "<!-- End of the generated table. -->\n"
 
 INTRO = """\
 # Configuration
@@ -63,20 +72,55 @@ def render() -> str:
     return INTRO + "".join(map(_line, SETTINGS))
 
 
+def _serve_default(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"`{value}`" if isinstance(value, str) else str(value)
+
+
+def _serve_line(row: Setting) -> str:
+    cells = (
+        _cell(f"{row.flag} {row.kind.metavar}", code=True),
+        _cell(str(row.key), code=True),
+        _serve_default(row.default),
+        _cell(row.doc),
+    )
+    return f"| {' | '.join(cells)} |\n"
+
+
+def render_serve(page: str) -> str:
+    """``page`` (docs/serve.md) with its table of the server's settings made from the rows.
+
+    Raises:
+        ValueError: The page lacks the markers around the table.
+    """
+    head, begin, rest = page.partition(SERVE_BEGIN)
+    _, end, tail = rest.partition(SERVE_END)
+    if not begin or not end:
+        raise ValueError(f"{SERVE_DOCS} lacks the markers around the settings' table")
+    table = "| flag | `--config` key | default | what it does |\n|---|---|---|---|\n"
+    rows = "".join(map(_serve_line, SERVE_SETTINGS))
+    return head + begin + table + rows + "\n" + end + tail
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
         "--check", action="store_true", help="only report whether the page is up to date"
     )
     args = parser.parse_args(argv)
-    page = render()
+    serve_page = SERVE_DOCS.read_text(encoding="utf-8")
+    pages = {DOCS: render(), SERVE_DOCS: render_serve(serve_page)}
+    stale = [p for p, page in pages.items() if not p.exists() or p.read_text("utf-8") != page]
     if args.check:
-        if DOCS.exists() and DOCS.read_text(encoding="utf-8") == page:
-            return 0
-        print(f"{DOCS} is out of date: run scripts/gen_config_docs.py", file=sys.stderr)
-        return 1
-    DOCS.write_text(page, encoding="utf-8")
-    print(f"wrote {DOCS}")
+        for path in stale:
+            print(f"{path} is out of date: run scripts/gen_config_docs.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(pages[path], encoding="utf-8")
+        print(f"wrote {path}")
     return 0
 
 

@@ -1,11 +1,14 @@
 """aiokafka's producer arguments as a :class:`~aioaccum.config.ProducerConfig`.
 
 :func:`config_from_aiokafka` is the mapping :class:`aioaccum.compat.AIOKafkaProducer` applies,
-with aiokafka's defaults kept (``docs/migrating-from-aiokafka.md`` has the table): each argument
-goes to its setting, a few aioaccum settings are derived so that the producer behaves as
-aiokafka's (``max_block_ms``, ``delivery_timeout_ms``, ``retry_backoff_max_ms``,
-``max_in_flight_requests_per_connection``), and the arguments with no meaning here (GSSAPI)
-are refused with a :class:`~aioaccum.errors.ConfigError`.
+with aiokafka's defaults kept (``docs/migrating-from-aiokafka.md`` has the table). aiokafka's
+arguments are rows of the same kind as the producer's (:data:`ARGUMENTS`, in aiokafka's order):
+each row's key is the producer setting the argument sets (checked against the producer's rows
+when this module is imported), its kind translates aiokafka's value into that setting's, and
+its default is aiokafka's. Rules between arguments then derive a few settings so that the
+producer behaves as aiokafka's (``max_block_ms``, ``delivery_timeout_ms``,
+``retry_backoff_max_ms``, ``max_in_flight_requests_per_connection``), and the arguments with no
+meaning here (GSSAPI) are refused with a :class:`~aioaccum.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -16,11 +19,20 @@ from typing import Any, Final
 
 from aiokafka.partitioner import DefaultPartitioner
 
+from aioaccum.config.kinds import Kind
 from aioaccum.config.producer_config import ProducerConfig
-from aioaccum.config.settings import INT_MAX
+from aioaccum.config.settings import ALIASES, COMPRESSION_TYPES, INT_MAX, PRODUCER
+from aioaccum.config.table import NoJavaName, Setting, Table
 from aioaccum.errors import ConfigError
 
-__all__ = ["AIOKAFKA_DEFAULTS", "DERIVED", "MISSING", "RENAMED", "config_from_aiokafka"]
+__all__ = [
+    "AIOKAFKA_DEFAULTS",
+    "ARGUMENTS",
+    "DERIVED",
+    "MISSING",
+    "RENAMED",
+    "config_from_aiokafka",
+]
 
 
 class _Missing:
@@ -31,71 +43,77 @@ class _Missing:
 MISSING: Final[Any] = _Missing()  # acks left out: 1, or 'all' with idempotence, as aiokafka
 DEFAULT_PARTITIONER = DefaultPartitioner()
 _DEFAULT_PORT = 9092
-_COMPRESSION = ("gzip", "snappy", "lz4", "zstd")
-
-AIOKAFKA_DEFAULTS: Mapping[str, Any] = {
-    "loop": None,
-    "bootstrap_servers": "localhost",
-    "client_id": None,
-    "metadata_max_age_ms": 300000,
-    "request_timeout_ms": 40000,
-    "api_version": None,
-    "acks": MISSING,
-    "key_serializer": None,
-    "value_serializer": None,
-    "compression_type": None,
-    "max_batch_size": 16384,
-    "partitioner": DEFAULT_PARTITIONER,
-    "max_request_size": 1048576,
-    "linger_ms": 0,
-    "retry_backoff_ms": 100,
-    "security_protocol": "PLAINTEXT",
-    "ssl_context": None,
-    "connections_max_idle_ms": 540000,
-    "enable_idempotence": False,
-    "transactional_id": None,
-    "transaction_timeout_ms": 60000,
-    "sasl_mechanism": "PLAIN",
-    "sasl_plain_password": None,
-    "sasl_plain_username": None,
-    "sasl_kerberos_service_name": "kafka",
-    "sasl_kerberos_domain_name": None,
-    "sasl_oauth_token_provider": None,
-}
-"""aiokafka 0.14's constructor arguments and their defaults (a unit test compares them)."""
-
-# aiokafka's names whose meaning carries over under another name.
-RENAMED: Mapping[str, str] = {"max_batch_size": "batch_size"}
-# aioaccum settings the mapping derives from aiokafka's, which a keyword argument overrides.
-DERIVED = frozenset(
-    {"max_block_ms", "delivery_timeout_ms", "retry_backoff_max_ms",
-     "max_in_flight_requests_per_connection"}
-)  # fmt: skip
+_COMPRESSION = tuple(codec for codec in COMPRESSION_TYPES if codec != "none")
+_OMIT: Final[Any] = object()  # what a kind returns for "leave the setting at its default"
 
 
-def _with_port(servers: object) -> object:
+# --- kinds: aiokafka's value, as the value of the setting it sets
+
+
+class _Same(Kind):
+    """The value as it is; the producer's row checks it."""
+
+    annotation = shown = "object"
+
+
+class _UnlessNone(_Same):
+    """None leaves the setting at aioaccum's default."""
+
+    def check(self, value: object, label: str) -> object:
+        return _OMIT if value is None else value
+
+
+class _WithPort(_Same):
     """aiokafka's bootstrap servers, with its default port where none is given."""
-    if isinstance(servers, str):
-        servers = [s.strip() for s in servers.split(",")]
-    if not isinstance(servers, Sequence):
-        return servers  # ProducerConfig says what is wrong with it
-    return [
-        f"{s}:{_DEFAULT_PORT}"
-        if isinstance(s, str) and s and (":" not in s or s.endswith("]"))
-        else s
-        for s in servers
-    ]
+
+    def check(self, value: object, label: str) -> object:
+        if isinstance(value, str):
+            value = [s.strip() for s in value.split(",")]
+        if not isinstance(value, Sequence):
+            return value  # ProducerConfig says what is wrong with it
+        return [
+            f"{s}:{_DEFAULT_PORT}"
+            if isinstance(s, str) and s and (":" not in s or s.endswith("]"))
+            else s
+            for s in value
+        ]
 
 
-def _partitioner(partitioner: object) -> object:
-    if isinstance(partitioner, DefaultPartitioner):
-        return None  # the same murmur2 for keys; keyless records are sticky (see the guide)
-    if not callable(partitioner):
-        raise ConfigError(
-            f"partitioner must be a callable partitioner(key_bytes, all_partitions, "
-            f"available_partitions), got {partitioner!r}"
-        )
-    return _AIOKafkaPartitioner(partitioner)
+class _Compression(_Same):
+    def check(self, value: object, label: str) -> object:
+        if value is None:
+            return "none"
+        if value not in _COMPRESSION:
+            raise ConfigError(
+                f"{label} must be one of {', '.join(_COMPRESSION)} or None, got {value!r}"
+            )
+        return value
+
+
+class _Acks(_Same):
+    """Only the values aiokafka takes; the rule between acks and idempotence comes after."""
+
+    def check(self, value: object, label: str) -> object:
+        if value is not MISSING and value not in (0, 1, -1, "all"):
+            raise ConfigError(f"{label} must be 0, 1, -1 or 'all', got {value!r}")
+        return value
+
+
+class _Partitioner(_Same):
+    def check(self, value: object, label: str) -> object:
+        if isinstance(value, DefaultPartitioner):
+            return None  # the same murmur2 for keys; keyless records are sticky (see the guide)
+        if not callable(value):
+            raise ConfigError(
+                f"{label} must be a callable partitioner(key_bytes, all_partitions, "
+                f"available_partitions), got {value!r}"
+            )
+        return _AIOKafkaPartitioner(value)
+
+
+class _IdleMs(_Same):
+    def check(self, value: object, label: str) -> object:
+        return INT_MAX if value is None else value  # None: no idle check
 
 
 class _AIOKafkaPartitioner:
@@ -117,6 +135,85 @@ class _AIOKafkaPartitioner:
         return self._partition(key, list(all_partitions), list(available_partitions))
 
 
+# --- the rows: aiokafka 0.14's constructor arguments, in its order, with its defaults
+
+_SAME, _UNLESS_NONE = _Same(), _UnlessNone()
+_IGNORED = NoJavaName("ignored, with aiokafka's own deprecation warning")
+_KERBEROS = NoJavaName("SASL GSSAPI (Kerberos) is not supported: refused unless left default")
+_DROP_IN = NoJavaName("the drop-in applies it to each record itself")
+
+ARGUMENTS: tuple[Setting, ...] = (
+    Setting("loop", _IGNORED, _SAME, None, "The producer runs on the loop that starts it"),
+    Setting("bootstrap_servers", "bootstrap_servers", _WithPort(), "localhost",
+            "aiokafka's port 9092 is added where none is given"),
+    Setting("client_id", "client_id", _UNLESS_NONE, None, "None keeps aioaccum's client id"),
+    Setting("metadata_max_age_ms", "metadata_max_age_ms", _SAME, 300000, "As it is"),
+    Setting("request_timeout_ms", "request_timeout_ms", _SAME, 40000,
+            "Also max_block_ms, and delivery_timeout_ms without idempotence"),
+    Setting("api_version", _IGNORED, _SAME, None, "Each request's version is agreed"),
+    Setting("acks", "acks", _Acks(), MISSING,
+            "Left out: 1, or 'all' with idempotence; with idempotence only 'all'"),
+    Setting("key_serializer", _DROP_IN, _SAME, None, "Applied by the drop-in"),
+    Setting("value_serializer", _DROP_IN, _SAME, None, "Applied by the drop-in"),
+    Setting("compression_type", "compression_type", _Compression(), None, "None: 'none'"),
+    Setting("max_batch_size", "batch_size", _SAME, 16384, "Renamed"),
+    Setting("partitioner", "partitioner", _Partitioner(), DEFAULT_PARTITIONER,
+            "aiokafka's default is Kafka's; another is called with aiokafka's arguments"),
+    Setting("max_request_size", "max_request_size", _SAME, 1048576, "As it is"),
+    Setting("linger_ms", "linger_ms", _SAME, 0, "As it is"),
+    Setting("retry_backoff_ms", "retry_backoff_ms", _SAME, 100,
+            "Also retry_backoff_max_ms: aiokafka's wait does not grow"),
+    Setting("security_protocol", "security_protocol", _SAME, "PLAINTEXT", "As it is"),
+    Setting("ssl_context", "ssl_context", _SAME, None, "As it is"),
+    Setting("connections_max_idle_ms", "connections_max_idle_ms", _IdleMs(), 540000,
+            "None: no idle check"),
+    Setting("enable_idempotence", "enable_idempotence", _SAME, False,
+            "Turned on by transactional_id too"),
+    Setting("transactional_id", "transactional_id", _UNLESS_NONE, None, "As it is"),
+    Setting("transaction_timeout_ms", "transaction_timeout_ms", _SAME, 60000,
+            "Only with transactional_id"),
+    Setting("sasl_mechanism", "sasl_mechanism", _SAME, "PLAIN",
+            "Only with a SASL security_protocol"),
+    Setting("sasl_plain_password", "sasl_plain_password", _UNLESS_NONE, None, "As it is",
+            secret=True),
+    Setting("sasl_plain_username", "sasl_plain_username", _UNLESS_NONE, None, "As it is"),
+    Setting("sasl_kerberos_service_name", _KERBEROS, _SAME, "kafka", "Refused"),
+    Setting("sasl_kerberos_domain_name", _KERBEROS, _SAME, None, "Refused"),
+    Setting("sasl_oauth_token_provider", "sasl_oauth_token_provider", _UNLESS_NONE, None,
+            "aiokafka's AbstractTokenProvider is one of aioaccum's as it is", secret=True),
+)  # fmt: skip  (a table: one row per argument)
+_TABLE = Table(ARGUMENTS)
+
+AIOKAFKA_DEFAULTS: Mapping[str, Any] = {row.name: row.default for row in ARGUMENTS}
+"""aiokafka 0.14's constructor arguments and their defaults (a unit test compares them)."""
+
+# aiokafka's names whose meaning carries over under another name.
+RENAMED: Mapping[str, str] = {
+    row.name: row.key for row in ARGUMENTS if isinstance(row.key, str) and row.key != row.name
+}
+# aioaccum settings the rules derive from aiokafka's arguments, which a keyword argument
+# overrides.
+DERIVED = frozenset(
+    {"max_block_ms", "delivery_timeout_ms", "retry_backoff_max_ms",
+     "max_in_flight_requests_per_connection"}
+)  # fmt: skip
+
+
+def _check_rows() -> None:
+    """Every argument sets a producer setting, under its name or a known alias of it."""
+    for row in ARGUMENTS:
+        if isinstance(row.key, str) and (
+            row.key not in PRODUCER.by_name
+            or (row.key != row.name and ALIASES.get(row.name) != row.key)
+        ):
+            raise TypeError(f"aiokafka's {row.name} sets no producer setting {row.key!r}")
+    if not set(PRODUCER.names) >= DERIVED:
+        raise TypeError(f"not producer settings: {sorted(DERIVED - set(PRODUCER.names))}")
+
+
+_check_rows()
+
+
 def config_from_aiokafka(
     arguments: Mapping[str, Any], settings: Mapping[str, Any] | None = None
 ) -> ProducerConfig:
@@ -130,7 +227,7 @@ def config_from_aiokafka(
     Raises:
         ConfigError: An argument is invalid, has no meaning in aioaccum, or conflicts.
     """
-    unknown = set(arguments) - set(AIOKAFKA_DEFAULTS)
+    unknown = set(arguments) - set(_TABLE.names)
     if unknown:
         raise ConfigError(f"not aiokafka producer arguments: {', '.join(sorted(unknown))}")
     a = {**AIOKAFKA_DEFAULTS, **arguments}
@@ -148,34 +245,23 @@ def config_from_aiokafka(
             DeprecationWarning,
             stacklevel=3,
         )
+    kw: dict[str, Any] = {}
+    for row in ARGUMENTS:
+        if isinstance(row.key, str):
+            value = row.kind.check(a[row.name], row.name)
+            if value is not _OMIT:
+                kw[row.key] = value
+    # Rules between arguments, as aiokafka applies them.
     idempotent = bool(a["enable_idempotence"]) or a["transactional_id"] is not None
-    kw: dict[str, Any] = {
-        "bootstrap_servers": _with_port(a["bootstrap_servers"]),
-        "metadata_max_age_ms": a["metadata_max_age_ms"],
-        "request_timeout_ms": a["request_timeout_ms"],
-        # aiokafka's send() waits up to request_timeout_ms for metadata and for room.
-        "max_block_ms": a["request_timeout_ms"],
-        "acks": _acks(a["acks"], idempotent),
-        "enable_idempotence": idempotent,
-        "compression_type": _compression(a["compression_type"]),
-        "batch_size": a["max_batch_size"],
-        "partitioner": _partitioner(a["partitioner"]),
-        "max_request_size": a["max_request_size"],
-        "linger_ms": a["linger_ms"],
-        # aiokafka waits retry_backoff_ms between retries, without growing it.
-        "retry_backoff_ms": a["retry_backoff_ms"],
-        "retry_backoff_max_ms": a["retry_backoff_ms"],
-        "security_protocol": a["security_protocol"],
-        "ssl_context": a["ssl_context"],
-        "connections_max_idle_ms": (
-            INT_MAX if a["connections_max_idle_ms"] is None else a["connections_max_idle_ms"]
-        ),
-    }
-    if a["client_id"] is not None:
-        kw["client_id"] = a["client_id"]
-    if a["transactional_id"] is not None:
-        kw["transactional_id"] = a["transactional_id"]
-        kw["transaction_timeout_ms"] = a["transaction_timeout_ms"]
+    kw["enable_idempotence"] = idempotent
+    kw["acks"] = _acks(a["acks"], idempotent)
+    _refuse_kerberos(a)
+    # aiokafka's send() waits up to request_timeout_ms for metadata and for room.
+    kw["max_block_ms"] = a["request_timeout_ms"]
+    # aiokafka waits retry_backoff_ms between retries, without growing it.
+    kw["retry_backoff_max_ms"] = a["retry_backoff_ms"]
+    if a["transactional_id"] is None:
+        del kw["transaction_timeout_ms"]
     if not idempotent:
         # aiokafka fails a batch once request_timeout_ms passed since it was queued, and sends
         # one batch per partition at a time, which keeps retried records in order.
@@ -183,7 +269,9 @@ def config_from_aiokafka(
         if isinstance(linger, int) and isinstance(timeout, int):
             kw["delivery_timeout_ms"] = min(linger + timeout, INT_MAX)
         kw["max_in_flight_requests_per_connection"] = 1
-    kw.update(_sasl(a))
+    protocol = a["security_protocol"]
+    if not (isinstance(protocol, str) and protocol.strip().upper().startswith("SASL")):
+        del kw["sasl_mechanism"]  # aiokafka's default PLAIN only counts with SASL
     for name, value in (settings or {}).items():
         if name in AIOKAFKA_DEFAULTS:
             raise ConfigError(f"{name} is an aiokafka argument; pass it as one")
@@ -204,8 +292,6 @@ def config_from_aiokafka(
 
 
 def _acks(acks: Any, idempotent: bool) -> Any:
-    if acks is not MISSING and acks not in (0, 1, -1, "all"):
-        raise ConfigError(f"acks must be 0, 1, -1 or 'all', got {acks!r}")
     if idempotent:
         if acks is MISSING:
             return "all"
@@ -217,34 +303,12 @@ def _acks(acks: Any, idempotent: bool) -> Any:
     return 1 if acks is MISSING else acks
 
 
-def _compression(codec: object) -> object:
-    if codec is None:
-        return "none"
-    if codec not in _COMPRESSION:
-        raise ConfigError(
-            f"compression_type must be one of {', '.join(_COMPRESSION)} or None, got {codec!r}"
-        )
-    return codec
-
-
-def _sasl(a: Mapping[str, Any]) -> dict[str, Any]:
-    mechanism = a["sasl_mechanism"]
-    if mechanism == "GSSAPI" or a["sasl_kerberos_domain_name"] is not None or (
-        a["sasl_kerberos_service_name"] != AIOKAFKA_DEFAULTS["sasl_kerberos_service_name"]
+def _refuse_kerberos(a: Mapping[str, Any]) -> None:
+    if a["sasl_mechanism"] == "GSSAPI" or any(
+        a[row.name] != row.default for row in ARGUMENTS if row.key is _KERBEROS
     ):
         raise ConfigError(
             "SASL GSSAPI (Kerberos) is not supported by aioaccum, so sasl_mechanism='GSSAPI' "
             "and the sasl_kerberos_* arguments are refused; use PLAIN or SCRAM-SHA-256/512, "
             "or keep aiokafka for a Kerberos cluster"
         )
-    out: dict[str, Any] = {}
-    for name in ("sasl_plain_username", "sasl_plain_password"):
-        if a[name] is not None:
-            out[name] = a[name]
-    protocol = a["security_protocol"]
-    if isinstance(protocol, str) and protocol.strip().upper().startswith("SASL"):
-        out["sasl_mechanism"] = mechanism  # aiokafka's default PLAIN only counts with SASL
-    if a["sasl_oauth_token_provider"] is not None:
-        # aiokafka's AbstractTokenProvider is a token provider of aioaccum's as it is.
-        out["sasl_oauth_token_provider"] = a["sasl_oauth_token_provider"]
-    return out

@@ -7,9 +7,10 @@ names and the string values of a ``.properties`` file.
 
 Each setting is written once, as a row of :data:`SETTINGS` in :mod:`aioaccum.config.settings`
 (Kafka's ``ConfigDef.define``): its names, type, default, limits and doc. The dataclass
-defaults, the parsing of property strings, the checks, the name tables, the suggestions for
-misspelt names and ``docs/configuration.md`` (``scripts/gen_config_docs.py``) all come from
-those rows.
+defaults, the parsing of property strings (:mod:`aioaccum.config.properties`), the checks, the
+name tables, the suggestions for misspelt names and ``docs/configuration.md``
+(``scripts/gen_config_docs.py``) all come from those rows; this module adds the rules between
+settings.
 
 Two settings behave as in Java when they are left at their default: ``enable_idempotence`` is
 quietly turned off when ``acks`` is not ``all`` or ``retries`` is 0, and ``delivery_timeout_ms``
@@ -26,10 +27,8 @@ It returns one of ``all_partitions``; ``key``/``value`` are the serialized bytes
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import logging
-import re
 import ssl
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -38,20 +37,20 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from aioaccum._core.codecs import CompressionType, ensure_codec_available
 from aioaccum._core.partitioner import Partitioner
+from aioaccum.config.properties import producer_values
 from aioaccum.config.settings import (
     FIELDS,
     INT_MAX,
     JAVA_TO_PYTHON,
-    LEVEL_PROPERTIES,
     LEVELS,
     MAX_IN_FLIGHT_FOR_IDEMPOTENCE,
+    PRODUCER,
     PYTHON_TO_JAVA,
     ROWS,
     SASL_MECHANISMS,
     SETTINGS,
-    NoJavaName,
-    Setting,
 )
+from aioaccum.config.table import NoJavaName, Setting
 from aioaccum.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -223,7 +222,7 @@ class ProducerConfig:
                 deliberately unsupported, or a value is invalid.
         """
         for name in kwargs:
-            _check_name(name)
+            PRODUCER.check_name(name)
         return cls(**kwargs)
 
     @classmethod
@@ -243,7 +242,7 @@ class ProducerConfig:
             ConfigError: A name is unknown or unsupported, or a value is invalid; the message
                 names the setting as written in ``properties``.
         """
-        kwargs, labels = _convert_properties(properties)
+        kwargs, labels = producer_values(properties)
         # Not through __init__, which has no room for the labels the messages need.
         config = cls.__new__(cls)
         for row in SETTINGS:
@@ -262,7 +261,7 @@ class ProducerConfig:
             ConfigError: As :meth:`from_kwargs`.
         """
         for name in changes:
-            _check_name(name)
+            PRODUCER.check_name(name)
         kwargs = {name: getattr(self, name) for name in self._explicit}
         kwargs.update(changes)
         return type(self)(**kwargs)
@@ -274,7 +273,7 @@ class ProducerConfig:
         Raises:
             ConfigError: ``name`` is not a field, or has no single Java property.
         """
-        _check_name(name)
+        PRODUCER.check_name(name)
         java = ROWS[name].java
         if isinstance(java, NoJavaName):
             raise ConfigError(f"{name} has no single Java property: {java.why}")
@@ -520,227 +519,6 @@ def _has_opentelemetry() -> bool:
         )
     except ModuleNotFoundError:
         return False
-
-
-# --- names: unknown, misspelt, unsupported
-
-_TWO_PHASE = (
-    "KIP-939's broker-side two-phase commit is not used; aioaccum.transactions.commit_prepared "
-    "commits a prepared transaction from another process"
-)
-_CONNECTIONS = "connection set-up is left to the connection layer and not configurable"
-_UNSUPPORTED = {
-    "transaction.two.phase.commit.enable": _TWO_PHASE,
-    "interceptor.classes": (
-        "Java class names can't be loaded; pass interceptor objects as interceptors=[...] "
-        "(see aioaccum.interceptors.ProducerInterceptor)"
-    ),
-    "client.dns.lookup": "host names are resolved by asyncio",
-    "reconnect.backoff.ms": _CONNECTIONS,
-    "reconnect.backoff.max.ms": _CONNECTIONS,
-    "socket.connection.setup.timeout.ms": _CONNECTIONS,
-    "socket.connection.setup.timeout.max.ms": _CONNECTIONS,
-    "metadata.recovery.strategy": "re-bootstrapping is not supported",
-    "metadata.recovery.rebootstrap.trigger.ms": "re-bootstrapping is not supported",
-    "config.providers": "Java config providers have no Python counterpart",
-    "security.providers": "Java security providers have no Python counterpart",
-    "enable.metrics.push": "client telemetry push is not supported",
-    "api.version": "the protocol version is negotiated with the broker",
-}
-_UNSUPPORTED_PREFIXES = (
-    (
-        "ssl.",
-        "of the ssl.* properties only ssl.truststore.location or ssl.truststore.certificates "
-        "(type PEM) and ssl.endpoint.identification.algorithm are read; for anything else pass "
-        "ssl_context=ssl.create_default_context(cafile=...) instead",
-    ),
-    (
-        "sasl.",
-        "only sasl.mechanism PLAIN/SCRAM-SHA-256/SCRAM-SHA-512, with sasl.jaas.config or "
-        "sasl_plain_username/sasl_plain_password, and OAUTHBEARER, with a Python callable as "
-        "sasl_oauth_token_provider, are supported",
-    ),
-    (
-        "metric",
-        "of Java's metrics settings only metrics.sample.window.ms and metrics.num.samples "
-        "apply; the producer keeps its own metrics (see docs/observability.md)",
-    ),
-)
-# Names other Python clients use for the same thing.
-_ALIASES = {"max_batch_size": "batch_size"}
-
-
-def _check_name(name: str, *, dotted: bool = False) -> None:
-    if name in FIELDS:
-        return
-    if not dotted and name in JAVA_TO_PYTHON:
-        raise ConfigError(
-            f"unknown setting {name!r}; did you mean {JAVA_TO_PYTHON[name]!r}? "
-            "(Java's dotted names go to ProducerConfig.from_properties)"
-        )
-    java_style = name.replace("_", ".")
-    reason = _UNSUPPORTED.get(java_style)
-    if reason is None:
-        reason = next((why for p, why in _UNSUPPORTED_PREFIXES if java_style.startswith(p)), None)
-    if reason is not None:
-        raise ConfigError(f"setting {name!r} is not supported: {reason}")
-    match = _close_match(name)
-    if match is not None:
-        raise ConfigError(f"unknown setting {name!r}; did you mean {match!r}?")
-    raise ConfigError(f"unknown setting {name!r}; valid settings are {', '.join(FIELDS)}")
-
-
-_CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-
-
-def _close_match(name: str) -> str | None:
-    """The setting ``name`` most likely meant, in the spelling ``name`` uses (dotted or not)."""
-    # Case, camelCase, dashes, dots and Java's constant names (LINGER_MS_CONFIG) all fold to
-    # the Pythonic spelling first, so only real misspellings are left to the fuzzy match.
-    norm = _CAMEL_HUMP.sub("_", name).lower().replace("-", "_").replace(".", "_")
-    norm = norm.removesuffix("_config")
-    match = _ALIASES.get(norm) or (norm if norm in FIELDS else None)
-    if match is None:
-        # A truncated name ("max_in_flight") that starts exactly one setting.
-        longer = [f for f in FIELDS if f.startswith(norm + "_")]
-        match = longer[0] if len(longer) == 1 else None
-    if match is None:
-        match = next(iter(difflib.get_close_matches(norm, FIELDS, n=1, cutoff=0.6)), None)
-    if match is not None and "." in name:
-        return PYTHON_TO_JAVA.get(match, match)
-    return match
-
-
-# --- Java properties
-
-_JAAS = re.compile(
-    r"\s*(?P<module>[\w.$]+)\s+(?:required|requisite|sufficient|optional)(?P<options>[^;]*);?\s*",
-    re.DOTALL,
-)
-_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s";]+))')
-
-
-def _parse(name: str, value: object, label: str) -> object:
-    """A ``.properties`` string as the row's type; other values pass through to the checks."""
-    return ROWS[name].kind.parse(value, label, name) if isinstance(value, str) else value
-
-
-def _parse_jaas(value: object, label: str) -> tuple[str, str]:
-    # The value holds the password, so no message here may quote it.
-    match = _JAAS.fullmatch(value) if isinstance(value, str) else None
-    if match is None:
-        raise ConfigError(
-            f'{label} must look like \'<LoginModule> required username="..." password="...";\''
-        )
-    module = match["module"].rsplit(".", 1)[-1]
-    if module == "OAuthBearerLoginModule":
-        raise ConfigError(
-            f"{label} uses OAuthBearerLoginModule: drop {label} and pass "
-            "sasl_oauth_token_provider, an async callable returning the token, among the "
-            "properties (with sasl.mechanism=OAUTHBEARER)"
-        )
-    if module not in ("PlainLoginModule", "ScramLoginModule"):
-        raise ConfigError(
-            f"{label} uses {module}; only PlainLoginModule and ScramLoginModule are supported"
-        )
-    options = {
-        m[1]: re.sub(r"\\(.)", r"\1", m[2]) if m[2] is not None else m[3]
-        for m in _JAAS_OPTION.finditer(match["options"])
-    }
-    if "username" not in options or "password" not in options:
-        raise ConfigError(f"{label} must set both username and password")
-    return options["username"], options["password"]
-
-
-_SSL_PROPERTIES = frozenset(
-    {
-        "ssl.truststore.location",
-        "ssl.truststore.certificates",
-        "ssl.truststore.type",
-        "ssl.endpoint.identification.algorithm",
-    }
-)
-
-
-def _ssl_context_from(props: Mapping[str, object]) -> ssl.SSLContext:
-    """Java's PEM truststore properties as a verifying ``ssl.SSLContext``."""
-    kind = props.get("ssl.truststore.type", "PEM")
-    if not isinstance(kind, str) or kind.strip().upper() != "PEM":
-        raise ConfigError(
-            f"ssl.truststore.type={kind!r}: only PEM truststores can be read; export the CA "
-            "as PEM (keytool -exportcert -rfc) or pass ssl_context"
-        )
-    location = props.get("ssl.truststore.location")
-    certificates = props.get("ssl.truststore.certificates")
-    if location is not None and certificates is not None:
-        raise ConfigError(
-            "ssl.truststore.location and ssl.truststore.certificates both set the trusted CAs; "
-            "keep one"
-        )
-    try:
-        context = ssl.create_default_context(
-            cafile=str(location).strip() if location is not None else None,
-            cadata=str(certificates) if certificates is not None else None,
-        )
-    except (OSError, ssl.SSLError) as exc:
-        which = "ssl.truststore.location" if location is not None else "ssl.truststore.certificates"
-        raise ConfigError(
-            f"{which} could not be read as PEM CA certificates ({exc}); fix it, or pass "
-            "ssl_context=ssl.create_default_context(cafile=...) instead"
-        ) from None
-    algorithm = props.get("ssl.endpoint.identification.algorithm", "https")
-    algorithm = algorithm.strip().lower() if isinstance(algorithm, str) else algorithm
-    if algorithm not in ("https", ""):
-        raise ConfigError(
-            f"ssl.endpoint.identification.algorithm must be 'https' or '' (no host name "
-            f"check), got {algorithm!r}"
-        )
-    context.check_hostname = algorithm == "https"
-    return context
-
-
-def _convert_properties(
-    properties: Mapping[str, Any],
-) -> tuple[dict[str, Any], dict[str, str]]:
-    kwargs: dict[str, Any] = {}
-    labels: dict[str, str] = {}
-    levels: dict[str, tuple[str, object]] = {}
-    ssl_props: dict[str, object] = {}
-
-    def put(name: str, value: object, label: str) -> None:
-        if name in kwargs:
-            raise ConfigError(f"{labels[name]!r} and {label!r} both set {name}; keep one")
-        kwargs[name] = value
-        labels[name] = label
-
-    if not isinstance(properties, Mapping):
-        raise ConfigError(f"properties must be a mapping, got {type(properties).__name__}")
-    for key, value in properties.items():
-        if not isinstance(key, str):
-            raise ConfigError(f"property names must be strings, got {key!r}")
-        label = key.strip()
-        if label in LEVEL_PROPERTIES:
-            levels[LEVEL_PROPERTIES[label]] = (label, value)
-        elif label in _SSL_PROPERTIES:
-            ssl_props[label] = value
-        elif label == "sasl.jaas.config":
-            user, password = _parse_jaas(value, label)
-            put("sasl_plain_username", user, label)
-            put("sasl_plain_password", password, label)
-        else:
-            name = label if label in FIELDS else JAVA_TO_PYTHON.get(label)
-            if name is None:
-                _check_name(label, dotted=True)
-                raise AssertionError(label)  # pragma: no cover  (_check_name raised)
-            put(name, _parse(name, value, label), label)
-    if ssl_props:
-        put("ssl_context", _ssl_context_from(ssl_props), min(ssl_props))
-    codec = kwargs.get("compression_type", "none")
-    codec = codec.strip().lower() if isinstance(codec, str) else codec
-    if codec in levels and "compression_level" not in kwargs:
-        label, value = levels[codec]
-        put("compression_level", _parse("compression_level", value, label), label)
-    return kwargs, labels
 
 
 # Built once the rules exist: also proves at import that every row's default passes its checks.

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from aioaccum.cli import build_parser, producer_properties, read_properties_file
+from aioaccum.cli import build_parser
 from aioaccum.config.producer_config import ProducerConfig
+from aioaccum.config.properties import producer_properties, read_properties_file
 from aioaccum.errors import ConfigError
 
 SECRET = "s3cr3t-Pa55"

@@ -7,6 +7,7 @@ from pathlib import Path
 from types import ModuleType
 
 from aioaccum.config.producer_config import SETTINGS
+from aioaccum.config.serve_settings import SETTINGS as SERVE_SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,3 +34,15 @@ def test_page_has_a_line_per_setting_in_order() -> None:
     page: str = generator().render()
     names = [line.split("|")[1].strip(" `") for line in page.splitlines()[-len(SETTINGS) :]]
     assert names == [row.name for row in SETTINGS]
+
+
+def test_serve_page_has_the_generated_table_of_the_servers_settings() -> None:
+    page = (REPO / "docs" / "serve.md").read_text(encoding="utf-8")
+    assert page == generator().render_serve(page), (
+        "docs/serve.md's table of settings is out of date: run "
+        ".venv/bin/python scripts/gen_config_docs.py"
+    )
+    table = page.partition(generator().SERVE_BEGIN)[2].partition("\n\n")[0].splitlines()[2:]
+    assert [line.split("|")[2].strip(" `") for line in table] == [
+        str(row.key) for row in SERVE_SETTINGS
+    ]
