@@ -32,6 +32,7 @@ from . import _v2
 from ._auth import AuthFile
 from ._errors import ErrorCode, RestError
 from ._gateway import Draining, Gateway
+from ._metrics import TopicsOf
 from ._settings import ServeSettings
 from ._v3 import ProduceRecords
 
@@ -78,11 +79,13 @@ def _authenticated(gateway: Gateway, request: Request) -> bool:
 async def metrics(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     try:
-        gateway.principal(request.headers)
+        principal = gateway.principal(request.headers)
     except RestError as error:
         return _json_error(error)
     registry: CollectorRegistry = request.app.state.registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    # A credential sees the series of its own topics only.
+    source = registry if principal is None else TopicsOf(registry, principal)
+    return Response(generate_latest(source), media_type=CONTENT_TYPE_LATEST)
 
 
 def _cluster(base: str, cluster_id: str, controller: int) -> dict[str, object]:
@@ -284,6 +287,8 @@ def create_app(settings: ServeSettings) -> Starlette:
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         lifespan=lifespan,
     )
+    # A path with a trailing slash is 404, not a redirect built from the Host header.
+    app.router.redirect_slashes = False
     app.state.draining = draining
     app.state.dropped = 0
     app.state.shutdown_ran = False

@@ -73,6 +73,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _between(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise ValueError(f"{value} is not between {low} and {high}")
+        return value
+
+    return parse
+
+
 def _path(text: str) -> str:
     if not os.path.isfile(text):
         raise ValueError(f"{text!r} is not a readable file")
@@ -151,6 +161,41 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("access_log", "access.log", _bool, False, "log one line per request", "BOOL"),
 )
 
+# --- The connection's own deadlines and the bounds of a request's head, enforced in front of
+# the application (serve/_connections.py): a client that holds a connection without completing
+# a request loses it, and no head is buffered beyond its bound.
+CONNECTION_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "header_timeout_ms", "header.timeout.ms", _between(100, 120_000), 10_000,
+        "longest a connection may take for its TLS handshake, and then for a request's line "
+        "and headers, in total (from the connection's start, or a request's first byte); "
+        "then it is closed (408 when the request had begun)",
+    ),
+    Setting(
+        "idle_timeout_ms", "idle.timeout.ms", _between(100, 3_600_000), 30_000,
+        "longest a kept-alive connection may stay idle between requests",
+    ),
+    Setting(
+        "max_request_line_bytes", "max.request.line.bytes", _between(256, 1024 * 1024), 8192,
+        "longest request target (the path and query); 414 above it",
+    ),
+    Setting(
+        "max_header_bytes", "max.header.bytes", _between(256, 1024 * 1024), 8192,
+        "largest single header, name and value; 431 above it",
+    ),
+    Setting(
+        "max_headers", "max.headers", _between(8, 10_000), 100,
+        "most headers in one request; 431 above it",
+    ),
+    Setting(
+        "max_head_bytes", "max.head.bytes", _between(1024, 16 * 1024 * 1024), 64 * 1024,
+        "largest request head (request line and every header); 431 above it, and no more "
+        "of it is held",
+    ),
+)
+
+SETTINGS = SETTINGS + CONNECTION_SETTINGS
+
 _BY_KEY = {row.key: row for row in SETTINGS}
 
 
@@ -183,6 +228,13 @@ class ServeSettings:
     close_timeout_ms: int
     readiness_timeout_ms: int
     access_log: bool
+    # CONNECTION_SETTINGS
+    header_timeout_ms: int
+    idle_timeout_ms: int
+    max_request_line_bytes: int
+    max_header_bytes: int
+    max_headers: int
+    max_head_bytes: int
     producer_config: ProducerConfig = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
