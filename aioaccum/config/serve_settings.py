@@ -53,8 +53,8 @@ SETTINGS: tuple[Setting, ...] = (
             "longest wait for more of a request body, or for the next record of a v3 stream "
             "(408)"),
     Setting("write_timeout_ms", "write.timeout.ms", _POSITIVE, 30_000,
-            "longest wait for a client to take (part of) an answer; then the connection is "
-            "closed"),
+            "longest wait for a client to take (part of) an answer, or for a closing connection "
+            "to finish; then the connection is aborted, its queued answer dropped"),
     Setting("max_records_per_request", "max.records.per.request", _POSITIVE, 10_000,
             "most records in one v2 request (413 above it)"),
     Setting("stream_max_duration_ms", "stream.max.duration.ms", _POSITIVE, 600_000,
@@ -70,6 +70,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("readiness_timeout_ms", "readiness.timeout.ms", _POSITIVE, 2_000,
             "how long /readyz waits for a broker to answer"),
     Setting("access_log", "access.log", Bool(), False, "log one line per request"),
+    # The connection's own deadlines and the bounds of a request's head, enforced in front of
+    # the application (serve/_connections.py): a client that holds a connection without
+    # completing a request loses it, and no head is buffered beyond its bound.
+    Setting("header_timeout_ms", "header.timeout.ms", Int(100, 120_000), 10_000,
+            "longest a connection may take for its TLS handshake, and then for a request's line "
+            "and headers, in total (from the connection's start, or a request's first byte); "
+            "then it is closed (408 when the request had begun)"),
+    Setting("idle_timeout_ms", "idle.timeout.ms", Int(100, 3_600_000), 30_000,
+            "longest a kept-alive connection may stay idle between requests"),
+    Setting("max_request_line_bytes", "max.request.line.bytes", Int(256, 1024 * 1024), 8192,
+            "longest request target (the path and query); 414 above it"),
+    Setting("max_header_bytes", "max.header.bytes", Int(256, 1024 * 1024), 8192,
+            "largest single header, name and value; 431 above it"),
+    Setting("max_headers", "max.headers", Int(8, 10_000), 100,
+            "most headers in one request; 431 above it"),
+    Setting("max_head_bytes", "max.head.bytes", Int(1024, 16 * 1024 * 1024), 64 * 1024,
+            "largest request head (request line and every header); 431 above it, and no more "
+            "of it is held"),
 )  # fmt: skip  (a table: one row per setting)
 
 SERVE = Table(SETTINGS)
@@ -109,6 +127,12 @@ class ServeSettings:
     close_timeout_ms: int
     readiness_timeout_ms: int
     access_log: bool
+    header_timeout_ms: int
+    idle_timeout_ms: int
+    max_request_line_bytes: int
+    max_header_bytes: int
+    max_headers: int
+    max_head_bytes: int
     producer_config: ProducerConfig = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:

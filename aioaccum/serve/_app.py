@@ -33,6 +33,7 @@ from . import _v2, _v3
 from ._auth import AuthFile
 from ._errors import ErrorCode, RestError, error_response
 from ._gateway import Draining, Gateway
+from ._metrics import TopicsOf
 from ._settings import ServeSettings
 
 __all__ = ["create_app"]
@@ -74,11 +75,13 @@ def _authenticated(gateway: Gateway, request: Request) -> bool:
 async def metrics(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     try:
-        gateway.principal(request.headers)
+        principal = gateway.principal(request.headers)
     except RestError as error:
         return error_response(error)
     registry: CollectorRegistry = request.app.state.registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    # A credential sees the series of its own topics only.
+    source = registry if principal is None else TopicsOf(registry, principal)
+    return Response(generate_latest(source), media_type=CONTENT_TYPE_LATEST)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -215,6 +218,8 @@ def create_app(settings: ServeSettings) -> Starlette:
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         lifespan=lifespan,
     )
+    # A path with a trailing slash is 404, not a redirect built from the Host header.
+    app.router.redirect_slashes = False
     app.state.draining = draining
     app.state.dropped = 0
     app.state.shutdown_ran = False

@@ -120,18 +120,38 @@ class AuthFile:
     def authenticate(self, headers: Mapping[str, str]) -> Principal:
         """The caller named by a request's ``Authorization`` or ``X-API-Key`` header.
 
+        Exactly one credential is read: both headers, or either one twice, is 400 unless they
+        say the same; values are trimmed of surrounding spaces alike.
+
         Raises:
-            RestError: 401, with ``WWW-Authenticate``, when none is given or it is not valid.
+            RestError: 401, with ``WWW-Authenticate``, when none is given or it is not valid;
+                400 for two different credentials.
         """
-        api_key = headers.get("x-api-key")
-        authorization = headers.get("authorization")
-        if api_key is None and authorization is not None:
+        api_keys = _values(headers, "x-api-key")
+        authorizations = _values(headers, "authorization")
+        given = {("key", key) for key in api_keys}
+        for authorization in authorizations:
             scheme, _, credentials = authorization.partition(" ")
             scheme = scheme.lower()
-            if scheme == "basic":
-                return self._basic(credentials.strip())
-            if scheme == "bearer":
-                api_key = credentials.strip()
+            given.add(
+                ("key", credentials.strip())
+                if scheme == "bearer"
+                else (scheme, credentials.strip())
+            )
+        if len(given) > 1:
+            raise RestError(
+                400,
+                ErrorCode.BAD_REQUEST,
+                "the request carries more than one credential (X-API-Key, Authorization); "
+                "send exactly one",
+            )
+        api_key: str | None = None
+        if given:
+            [(kind, credentials)] = given
+            if kind == "basic":
+                return self._basic(credentials)
+            if kind == "key":
+                api_key = credentials
         if api_key is None:
             raise _unauthorized(
                 "credentials required: use HTTP basic auth, or an API key in X-API-Key or "
@@ -163,6 +183,15 @@ class AuthFile:
         if found is None:
             raise _unauthorized("unknown API key")
         return found
+
+
+def _values(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every value of header ``name``, trimmed (a request may repeat a header)."""
+    getlist = getattr(headers, "getlist", None)
+    values: list[str] = (
+        getlist(name) if getlist is not None else ([headers[name]] if name in headers else [])
+    )
+    return [value.strip() for value in values]
 
 
 def _unauthorized(why: str) -> RestError:

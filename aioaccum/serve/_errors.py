@@ -62,6 +62,9 @@ JSON_TYPE = "application/json"
 # cluster takes longer.
 RETRY_AFTER_FULL_S = 1
 RETRY_AFTER_OUTAGE_S = 5
+# Messages echo what the client sent (a type, a name ...): beyond this they are cut, so that an
+# answer never grows with the input.
+MAX_MESSAGE_CHARS = 1024
 
 
 class ErrorCode(enum.IntEnum):
@@ -108,6 +111,9 @@ class RestError(AioAccumError):
         retry_after: int | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
+        if len(message) > MAX_MESSAGE_CHARS:
+            cut = len(message) - MAX_MESSAGE_CHARS
+            message = f"{message[:MAX_MESSAGE_CHARS]}... ({cut} more characters)"
         super().__init__(message)
         self.status = status
         self.code = code

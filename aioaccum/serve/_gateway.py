@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,8 @@ log = logging.getLogger("aioaccum.serve")
 # A topic seen to exist is trusted this long before it is asked about again: a round trip per
 # request would double the cost of small requests.
 TOPIC_TTL_S = 10.0
+# Kafka's rule for topic names (Topic.validate): 1 to 249 of these characters, not "." or "..".
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 Outcome = RecordMetadata | RestError
 
@@ -189,8 +192,16 @@ class Gateway:
         return None if self.auth is None else self.auth.authenticate(headers)
 
     def authorize(self, headers: Mapping[str, str], topic: str) -> None:
-        """Raises RestError 401 or 403 unless the caller may write ``topic``."""
+        """Raises RestError 401 or 403 unless the caller may write ``topic``, 400 (after the
+        caller is known) when ``topic`` is not a name Kafka allows."""
         principal = self.principal(headers)
+        if not _TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
+            raise RestError(
+                400,
+                ErrorCode.BAD_REQUEST,
+                f"{topic!r} is not a Kafka topic name: 1 to 249 characters of a-z, A-Z, 0-9, "
+                "'.', '_' and '-', and not '.' or '..'",
+            )
         if principal is not None and not principal.may_write(topic):
             raise principal.forbidden(topic)
 

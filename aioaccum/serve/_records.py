@@ -7,12 +7,22 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import math
 import re
+import sys
 from dataclasses import dataclass
 
 from ._errors import ErrorCode, RestError, bad_request
 
-__all__ = ["MAX_TIMESTAMP_MS", "ObjectSplitter", "Record", "decode_json", "parse_record"]
+__all__ = [
+    "MAX_TIMESTAMP_MS",
+    "STRICT_JSON",
+    "ObjectSplitter",
+    "Record",
+    "decode_json",
+    "json_problem",
+    "parse_record",
+]
 
 # The last millisecond of the year 9999: later instants have no ISO 8601 form to answer with.
 MAX_TIMESTAMP_MS = 253_402_300_799_999
@@ -21,18 +31,59 @@ _SCHEMA_TYPES = ("AVRO", "PROTOBUF", "JSONSCHEMA")
 _SCHEMA_FIELDS = ("schema", "schema_id", "schema_version", "subject", "subject_name_strategy")
 
 
+class NonFiniteNumber(ValueError):
+    """``NaN``, ``Infinity`` or a number beyond a double's range: not JSON (RFC 8259), and
+    written to Kafka it would be text that strict JSON consumers cannot read."""
+
+
+def _constant(name: str) -> object:
+    raise NonFiniteNumber(name)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise NonFiniteNumber(text[:40])
+    return value
+
+
+# JSON as RFC 8259 has it: no NaN or Infinity, no number that reads as infinite. Integers over
+# Python's digit limit (sys.get_int_max_str_digits) raise ValueError, answered as such.
+STRICT_JSON = json.JSONDecoder(parse_constant=_constant, parse_float=_finite)
+
+
+def json_problem(exc: Exception, what: str) -> RestError | None:
+    """The 400 for an error the strict decoder raised, or None for any other error."""
+    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+        return bad_request(f"{what} is not valid JSON: {exc}")
+    if isinstance(exc, RecursionError):
+        return bad_request(f"{what} nests JSON too deeply; flatten it")
+    if isinstance(exc, NonFiniteNumber):
+        return bad_request(
+            f"{what} holds the number {exc}, which is not finite: JSON has no NaN or "
+            "Infinity, and numbers must fit a double; send such values as strings"
+        )
+    if isinstance(exc, ValueError):
+        return bad_request(
+            f"{what} holds an integer of more than {sys.get_int_max_str_digits()} digits; "
+            "send it as a string"
+        )
+    return None
+
+
 def decode_json(raw: bytes, what: str) -> object:
-    """``raw`` parsed as JSON.
+    """``raw`` parsed as strict JSON (see :data:`STRICT_JSON`).
 
     Raises:
-        RestError: 400 when it is not JSON, or nests deeper than the parser goes.
+        RestError: 400 when it is not JSON, holds a non-finite number or an integer too long
+            to read, or nests deeper than the parser goes.
     """
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise bad_request(f"{what} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise bad_request(f"{what} nests JSON too deeply; flatten it") from None
+        return STRICT_JSON.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeError included
+        problem = json_problem(exc, what)
+        assert problem is not None
+        raise problem from None
 
 
 def encode_json(data: object, where: str) -> bytes:
@@ -42,7 +93,9 @@ def encode_json(data: object, where: str) -> bytes:
         RestError: 400 for a string with a lone surrogate (no UTF-8 form) or nesting too deep.
     """
     try:
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+        return json.dumps(
+            data, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode()
     except UnicodeError:
         raise bad_request(
             f"{where} holds a lone UTF-16 surrogate (\\ud800-\\udfff), which UTF-8 cannot "

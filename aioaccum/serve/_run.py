@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import multiprocessing
@@ -26,6 +27,7 @@ import multiprocessing.connection
 import os
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -35,8 +37,10 @@ import uvicorn
 from starlette.applications import Starlette
 
 from aioaccum._runtime.loops import default_loop_factory
+from aioaccum.errors import ConfigError
 
 from ._app import create_app
+from ._connections import ConnectionLimits, guarded_protocol
 from ._gateway import Draining
 from ._settings import ServeSettings
 from ._writes import BoundedWrites
@@ -66,13 +70,36 @@ class _Server(uvicorn.Server):
     raise the signal again once it has shut down."""
 
     def __init__(
-        self, config: uvicorn.Config, draining: Draining, grace: float, parent: int | None
+        self,
+        config: uvicorn.Config,
+        draining: Draining,
+        grace: float,
+        parent: int | None,
+        handshake_timeout: float,
     ) -> None:
         super().__init__(config)
         self._draining = draining
         self._grace = grace
         self._parent = parent
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._handshake_timeout = handshake_timeout
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        if self.config.ssl is None:
+            await super().startup(sockets)
+            return
+        # uvicorn creates the listening server itself and gives it no TLS handshake timeout
+        # (60 s by default): for the span of its startup only, the loop's create_server gets
+        # header.timeout.ms as that timeout.
+        create_server = loop.create_server
+        loop.create_server = functools.partial(  # type: ignore[method-assign]
+            create_server, ssl_handshake_timeout=self._handshake_timeout
+        )
+        try:
+            await super().startup(sockets)
+        finally:
+            del loop.create_server
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -103,12 +130,25 @@ class _Server(uvicorn.Server):
 
 def _uvicorn_config(settings: ServeSettings) -> tuple[uvicorn.Config, Starlette]:
     app = create_app(settings)
+    limits = ConnectionLimits(
+        header_timeout_s=settings.header_timeout_ms / 1000,
+        idle_timeout_s=settings.idle_timeout_ms / 1000,
+        body_timeout_s=settings.read_timeout_ms / 1000,
+        write_timeout_s=settings.write_timeout_ms / 1000,
+        max_request_line=settings.max_request_line_bytes,
+        max_header=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+        max_head=settings.max_head_bytes,
+        max_connections=settings.max_connections,
+    )
     config = uvicorn.Config(
         BoundedWrites(app, settings.write_timeout_ms),
         host=settings.host,
         port=settings.port,
         loop="uvloop" if default_loop_factory() is not asyncio.new_event_loop else "asyncio",
-        http="httptools",
+        # uvicorn's httptools protocol with a deadline on every phase of a connection and
+        # bounds on the request's head (see _connections).
+        http=guarded_protocol(limits),
         lifespan="on",
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
@@ -117,7 +157,8 @@ def _uvicorn_config(settings: ServeSettings) -> tuple[uvicorn.Config, Starlette]
         server_header=False,
         # Requests in flight get the grace, then a few seconds to send their 503s.
         timeout_graceful_shutdown=int(settings.shutdown_grace_ms / 1000) + 5,
-        timeout_keep_alive=30,
+        # Unused: the protocol's idle.timeout.ms replaces uvicorn's keep-alive timer.
+        timeout_keep_alive=max(int(settings.idle_timeout_ms / 1000), 1),
         backlog=4096,
         # Beyond it uvicorn answers 503 at once: each connection costs memory before its
         # request reaches any of the byte bounds.
@@ -131,7 +172,19 @@ def _run_worker(
 ) -> int:
     """Serve until drained; the exit status (see the module's docstring)."""
     config, app = _uvicorn_config(settings)
-    server = _Server(config, app.state.draining, settings.shutdown_grace_ms / 1000, parent)
+    try:
+        config.load()
+    except (ssl.SSLError, OSError) as exc:
+        # Checked before any worker starts (see serve); a file changed since then lands here.
+        log.error("cannot serve HTTPS with tls.cert and tls.key: %s", exc)
+        return _STARTUP_FAILURE
+    server = _Server(
+        config,
+        app.state.draining,
+        settings.shutdown_grace_ms / 1000,
+        parent,
+        settings.header_timeout_ms / 1000,
+    )
     server.run(sockets=sockets)
     if not server.started:
         return _STARTUP_FAILURE
@@ -171,6 +224,22 @@ def _warn_if_exposed(settings: ServeSettings) -> None:
         )
 
 
+def _check_tls(settings: ServeSettings) -> None:
+    """The certificate and key load together, or a ConfigError says why: before anything
+    listens, so that no worker is started to fail the same way."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    except (ssl.SSLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
+        raise ConfigError(
+            f"tls.cert {settings.tls_cert} and tls.key {settings.tls_key} cannot serve HTTPS: "
+            f"{reason} (the key must be the certificate's, both PEM, the key unencrypted)"
+        ) from None
+
+
 def serve(settings: ServeSettings) -> int:
     """Serve until a signal drains the server; return the process's exit status.
 
@@ -178,6 +247,7 @@ def serve(settings: ServeSettings) -> int:
         ConfigError: A setting is invalid (before anything listens).
     """
     _warn_if_exposed(settings)
+    _check_tls(settings)
     if settings.workers == 1:
         return _run_worker(settings, None, None)
     return _Supervisor(settings).run()

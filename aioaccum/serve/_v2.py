@@ -18,35 +18,43 @@ when the buffer stayed full, 413, 503 ...), so that a total failure is never a 2
 Avro, Protobuf and JSON Schema need a schema registry, which this gateway does not use: they
 are answered 415, as is any other type.
 
-The bytes of a request count against ``body.budget.bytes`` from the moment they are read until
-its last record is in the producer's buffer: first the body, then the parsed records.
+The bytes of a request count against ``body.budget.bytes`` from the moment they arrive (not
+the length it declares) until its last record is in the producer's buffer: first the body,
+then its text and the records parsed from it (see ``_v2_body``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-from typing import Any, NamedTuple
+import logging
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from aioaccum import FutureRecordMetadata
 
 from ._errors import (
-    RETRY_AFTER_FULL_S,
     ErrorCode,
     RestError,
     error_response,
-    invalid_payload,
     record_error_code,
     topic_not_found,
 )
-from ._gateway import STOPS_THE_REST, ByteBudget, Gateway
-from ._records import decode_json, encode_json
+from ._gateway import STOPS_THE_REST, Gateway
+from ._v2_body import Record, budget_full, parse_body, parse_records, recharge
 
-__all__ = ["V2_CONTENT_TYPE", "describe_topic", "list_topics", "produce", "routes"]
+__all__ = [
+    "V2_CONTENT_TYPE",
+    "describe_topic",
+    "list_topics",
+    "parse_records",
+    "produce",
+    "recharge",
+    "routes",
+]
+
+log = logging.getLogger("aioaccum.serve")
 
 V2_CONTENT_TYPE = "application/vnd.kafka.v2+json"
 
@@ -62,17 +70,6 @@ _BINARY_TYPES = frozenset(
 )
 _JSON_TYPES = frozenset({"application/vnd.kafka.json.v2+json", "application/vnd.kafka.json.v2"})
 _SCHEMA_FORMATS = ("avro", "protobuf", "jsonschema")
-# What a parsed record costs beyond its key and value bytes (the tuple and two bytes objects),
-# charged to the budget with them.
-_RECORD_OVERHEAD = 128
-
-
-class _Record(NamedTuple):
-    key: bytes | None
-    value: bytes | None
-    partition: int | None
-
-
 def answer(body: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return JSONResponse(body, status_code=status, headers=headers, media_type=V2_CONTENT_TYPE)
 
@@ -106,7 +103,8 @@ async def read_body(request: Request, gateway: Gateway) -> tuple[bytes, int]:
     Raises:
         RestError: 413 when the body is too large (said by Content-Length before any is read),
             429 when the server holds too many bytes of bodies already, 408 when the whole body
-            did not arrive within ``read.timeout.ms``.
+            did not arrive within ``read.timeout.ms``, 400 when the client went away (answered
+            to nobody).
     """
     settings = gateway.settings
     limit = settings.max_body_bytes
@@ -115,12 +113,10 @@ async def read_body(request: Request, gateway: Gateway) -> tuple[bytes, int]:
     if declared is not None and declared > limit:
         raise _too_large(declared, limit)
     budget = gateway.budget
+    # Bytes are taken as they arrive, never for a declared length: a client that declares a
+    # large body and sends nothing holds nothing.
     taken = 0
     try:
-        if declared is not None:
-            if not budget.take_nowait(declared):
-                raise _budget_full(budget.total)
-            taken = declared
         chunks: list[bytes] = []
         size = 0
         # One deadline for the whole body: a client trickling a byte at a time holds its
@@ -130,11 +126,9 @@ async def read_body(request: Request, gateway: Gateway) -> tuple[bytes, int]:
                 size += len(chunk)
                 if size > limit:
                     raise _too_large(size, limit)
-                if size > taken:
-                    # Chunked, or longer than it said: take the rest as it comes.
-                    if not budget.take_nowait(size - taken):
-                        raise _budget_full(budget.total)
-                    taken = size
+                if not budget.take_nowait(len(chunk)):
+                    raise budget_full(budget.total)
+                taken = size
                 chunks.append(chunk)
     except TimeoutError:
         budget.give(taken)
@@ -144,24 +138,21 @@ async def read_body(request: Request, gateway: Gateway) -> tuple[bytes, int]:
             f"the request body did not arrive within read.timeout.ms={settings.read_timeout_ms} "
             "ms",
         ) from None
+    except ClientDisconnect:
+        budget.give(taken)
+        log.info(
+            "%s %s: the client went away after %d of its body's bytes",
+            request.method,
+            request.url.path,
+            size,
+        )
+        raise RestError(
+            400, ErrorCode.BAD_REQUEST, "the client went away before its body's end"
+        ) from None
     except BaseException:
         budget.give(taken)
         raise
     return b"".join(chunks), taken
-
-
-def recharge(budget: ByteBudget, held: int, size: int) -> int:
-    """Hold ``size`` budget bytes instead of ``held``; returns what is held now.
-
-    Raises:
-        RestError: 429 when the budget cannot grow to ``size`` (``held`` is still held).
-    """
-    if size > held:
-        if not budget.take_nowait(size - held):
-            raise _budget_full(budget.total)
-    else:
-        budget.give(held - size)
-    return size
 
 
 def _too_large(size: int, limit: int) -> RestError:
@@ -171,76 +162,6 @@ def _too_large(size: int, limit: int) -> RestError:
         f"the request body is {size} bytes, more than max.body.bytes={limit}: send fewer "
         "records per request",
     )
-
-
-def _budget_full(total: int) -> RestError:
-    return RestError(
-        429,
-        ErrorCode.TOO_MANY_REQUESTS,
-        f"the server holds {total} bytes of request bodies (body.budget.bytes) already; retry "
-        f"after {RETRY_AFTER_FULL_S} s",
-        retry_after=RETRY_AFTER_FULL_S,
-    )
-
-
-def parse_records(body: bytes, embedded: str, max_records: int) -> list[_Record]:
-    """The records of a v2 produce body.
-
-    Raises:
-        RestError: 400 for a body that is not JSON, 422 for JSON of the wrong shape or a key or
-            value that is not base64 (binary format), 413 for more than ``max_records``.
-    """
-    if not body.strip():
-        raise invalid_payload("the request body is empty; send {\"records\": [...]}")
-    document = decode_json(body, "the request body")
-    records = document.get("records") if isinstance(document, dict) else None
-    if not isinstance(records, list) or not records:
-        raise invalid_payload(
-            "the body must be an object with a non-empty list \"records\", e.g. "
-            "{\"records\": [{\"value\": ...}]}"
-        )
-    if len(records) > max_records:
-        raise RestError(
-            413,
-            ErrorCode.PAYLOAD_TOO_LARGE,
-            f"the request has {len(records)} records, more than max.records.per.request="
-            f"{max_records}: send them in several requests",
-        )
-    parsed: list[_Record] = []
-    for index, record in enumerate(records):
-        if not isinstance(record, dict):
-            raise invalid_payload(f"records[{index}] is {type(record).__name__}, not an object")
-        partition = record.get("partition")
-        if partition is not None and (type(partition) is not int or partition < 0):
-            raise invalid_payload(
-                f"records[{index}].partition must be a partition number (an integer >= 0), "
-                f"not {partition!r}"
-            )
-        parsed.append(
-            _Record(
-                _field(record, "key", embedded, index),
-                _field(record, "value", embedded, index),
-                partition,
-            )
-        )
-    return parsed
-
-
-def _field(record: dict[str, Any], name: str, embedded: str, index: int) -> bytes | None:
-    data = record.get(name)
-    if data is None:
-        return None
-    if embedded == "json":
-        return encode_json(data, f"records[{index}].{name}")
-    if not isinstance(data, str):
-        raise invalid_payload(
-            f"records[{index}].{name} must be a base64 string in the binary format, not "
-            f"{type(data).__name__}; use application/vnd.kafka.json.v2+json to send JSON"
-        )
-    try:
-        return base64.b64decode(data, validate=True)
-    except ValueError as exc:  # binascii.Error, or characters beyond ASCII
-        raise invalid_payload(f"records[{index}].{name} is not valid base64: {exc}") from None
 
 
 async def produce(request: Request) -> Response:
@@ -258,11 +179,15 @@ async def _produce(request: Request, gateway: Gateway) -> Response:
             gateway.authorize(request.headers, topic)
             embedded = _embedded_format(request.headers.get("content-type"))
             info = await gateway.topic(topic)
-            body, held = await read_body(request, gateway)
-            records = parse_records(body, embedded, gateway.settings.max_records_per_request)
-            del body
-            # The parsed records stay in the budget until they are in the producer's buffer.
-            held = recharge(gateway.budget, held, _parsed_size(records))
+            # The body goes to the parser without a reference kept here (its bytes are freed
+            # once its text is made); the records stay in the budget until they are in the
+            # producer's buffer.
+            records, held = await parse_body(
+                await read_body(request, gateway),
+                embedded,
+                gateway.settings.max_records_per_request,
+                gateway.budget,
+            )
             for record in records:
                 gateway.check_partition(
                     info, path_partition if record.partition is None else record.partition
@@ -276,14 +201,10 @@ async def _produce(request: Request, gateway: Gateway) -> Response:
     return await _answer_outcomes(gateway, futures, failures)
 
 
-def _parsed_size(records: list[_Record]) -> int:
-    return sum(
-        len(r.key or b"") + len(r.value or b"") + _RECORD_OVERHEAD for r in records
-    )
 
 
 async def _send_all(
-    gateway: Gateway, topic: str, path_partition: int | None, records: list[_Record]
+    gateway: Gateway, topic: str, path_partition: int | None, records: list[Record]
 ) -> tuple[list[FutureRecordMetadata], dict[int, RestError]]:
     futures: list[FutureRecordMetadata] = []
     failures: dict[int, RestError] = {}

@@ -4,8 +4,8 @@ its records' bytes and a connection forever.
 :class:`BoundedWrites` wraps the whole application, so each ASGI ``send`` (the start of a
 response, each body chunk, the final empty one, error answers included) waits at most
 ``write.timeout.ms``. When it does not complete in time the request's task ends with
-:class:`ClientStalled`, which cancels what the request still runs (a v3 stream's reader), and
-the server closes the connection, as it does for any response left incomplete.
+:class:`ClientStalled`, which cancels what the request still runs (a v3 stream's reader); the
+connection itself is aborted by its protocol (``_connections``), its queued answer dropped.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class BoundedWrites:
             except TimeoutError:
                 raise ClientStalled(
                     f"the client read none of the answer for write.timeout.ms={timeout_ms} ms; "
-                    "the connection is closed"
+                    "the request is ended"
                 ) from None
 
         try:
