@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from aioaccum.spark.sink import WriteReport, write_dataframe
+    from aioaccum.spark import WriteReport, write_dataframe
 
     t0 = time.monotonic()
     spark = (

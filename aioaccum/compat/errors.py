@@ -1,4 +1,4 @@
-"""The errors :mod:`aioaccum.compat.producer` raises: aioaccum's errors that are aiokafka's as well.
+"""The errors :mod:`aioaccum.compat` raises: aioaccum's errors that are aiokafka's as well.
 
 Code written for aiokafka catches ``aiokafka.errors.KafkaTimeoutError``, ``KafkaConnectionError``
 and the broker's error classes; code written for aioaccum catches ``ProducerTimeoutError``,

@@ -285,7 +285,7 @@ def config_from_aiokafka(
         return ProducerConfig.from_kwargs(**kw)
     except ConfigError as exc:
         exc.add_note(
-            "aioaccum.compat.producer passes aiokafka's max_batch_size as batch_size and "
+            "aioaccum.compat passes aiokafka's max_batch_size as batch_size and "
             "request_timeout_ms as max_block_ms too (see docs/migrating-from-aiokafka.md)"
         )
         raise

@@ -1,13 +1,13 @@
 # From aio-libs/aiokafka, examples/batch_produce.py, at commit 672947afe85c91b7d953f0259e69837a711d3246.
 # Copyright the aiokafka authors; Apache License 2.0
 # (https://github.com/aio-libs/aiokafka/blob/master/LICENSE).
-# Changed: only the import line (from aiokafka to from aioaccum.compat.producer).
+# Changed: only the import line (from aiokafka to from aioaccum.compat).
 # ruff: noqa
 # mypy: ignore-errors
 import asyncio
 import random
 
-from aioaccum.compat.producer import AIOKafkaProducer
+from aioaccum.compat import AIOKafkaProducer
 
 
 async def send_many(num):

@@ -1,10 +1,10 @@
 # From aio-libs/aiokafka, docs/index.rst ("AIOKafkaProducer" section), at commit 672947afe85c91b7d953f0259e69837a711d3246.
 # Copyright the aiokafka authors; Apache License 2.0
 # (https://github.com/aio-libs/aiokafka/blob/master/LICENSE).
-# Changed: only the import line (from aiokafka to from aioaccum.compat.producer).
+# Changed: only the import line (from aiokafka to from aioaccum.compat).
 # ruff: noqa
 # mypy: ignore-errors
-from aioaccum.compat.producer import AIOKafkaProducer
+from aioaccum.compat import AIOKafkaProducer
 import asyncio
 
 async def send_one():

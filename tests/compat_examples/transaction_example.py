@@ -1,13 +1,13 @@
 # From aio-libs/aiokafka, docs/examples/transaction_example.rst, at commit 672947afe85c91b7d953f0259e69837a711d3246.
 # Copyright the aiokafka authors; Apache License 2.0
 # (https://github.com/aio-libs/aiokafka/blob/master/LICENSE).
-# Changed: only the import line (from aiokafka to from aioaccum.compat.producer).
+# Changed: only the import line (from aiokafka to from aioaccum.compat).
 # ruff: noqa
 # mypy: ignore-errors
 import asyncio
 from collections import defaultdict, Counter
 
-from aioaccum.compat.producer import TopicPartition, AIOKafkaConsumer, AIOKafkaProducer
+from aioaccum.compat import TopicPartition, AIOKafkaConsumer, AIOKafkaProducer
 
 
 IN_TOPIC = "in_topic"
