@@ -352,4 +352,4 @@ def test_the_hooks_never_name_the_producer() -> None:
         "send_many", "_loop", "Intercepted",
     }
     assert not names & forbidden, names & forbidden
-    assert "begin" in names and "follow" in names  # the reader did see the module
+    assert {"begin", "follow", "refused"} <= names  # the reader did see the module
