@@ -1,5 +1,5 @@
 """Interceptors (Java's ``ProducerInterceptor``); :mod:`aioaccum._runtime.hooks` runs them."""
 
-from aioaccum._runtime.hooks import ProducerInterceptor, ProducerRecord
+from aioaccum._core.interceptor_api import ProducerInterceptor, ProducerRecord
 
 __all__ = ["ProducerInterceptor", "ProducerRecord"]

@@ -8,45 +8,37 @@ bounded by ``max_block_ms``, and returns a future that the sender resolves with 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
-import enum
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
-from time import time_ns
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Self, cast
 
 from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
-from aioaccum._core.codecs import CompressionType
 from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata, ThreadRecordFuture
 from aioaccum._core.idempotence import TransactionManager
-from aioaccum._core.lifecycle import move
+from aioaccum._core.lifecycle import ProducerState, move
 from aioaccum._core.metrics import MetricValue, ProducerMetrics
 from aioaccum._core.partitioner import BuiltInPartitioner
-from aioaccum._core.records import (
-    MAX_RECORD_OVERHEAD,
-    RECORD_BATCH_OVERHEAD,
-    estimate_size_in_bytes_upper_bound,
-)
-from aioaccum._core.sender_core import SenderCore
-from aioaccum._core.validate import (
-    as_bytes,
-    checked_column,
-    validate_headers,
-    validate_topic,
-)
+from aioaccum._core.records import estimate_size_in_bytes_upper_bound
+from aioaccum._core.validate import as_bytes, checked_timestamp, validate_headers, validate_topic
 from aioaccum._kafka.adapter import AioKafkaAdapter, KafkaAdapter
-from aioaccum._runtime.hooks import Intercepted, SendHooks
-from aioaccum._runtime.loops import LOOP_GRACE_S
-from aioaccum._runtime.many import ManyResult
+from aioaccum._producer.send_many import NO_HEADERS, RECORD_BOUND, send_each, send_many
+from aioaccum._runtime.from_thread import (
+    enable_threads,
+    refuse_to_block_the_loop,
+    wait_for_topic_from_thread,
+)
+from aioaccum._runtime.hooks import SendHooks
+from aioaccum._runtime.loops import LOOP_BUSY, LOOP_STOPPED, read_on
 from aioaccum._runtime.pool import BufferPool
 from aioaccum._runtime.send_records import RecordLike, send_records
 from aioaccum._runtime.sender import Sender
 from aioaccum._runtime.transactions import PreparedTransaction, Transactions, TxnState
+from aioaccum._runtime.wiring import build_machinery
 from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import (
     AioAccumError,
@@ -54,7 +46,6 @@ from aioaccum.errors import (
     InvalidTxnStateError,
     ProducerClosedError,
     ProducerFailedError,
-    ProducerTimeoutError,
     RecordTooLargeError,
     TransactionAbortableError,
 )
@@ -68,22 +59,12 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
-_NO_HEADERS: list[tuple[str, bytes | None]] = []
-_RECORD_BOUND = RECORD_BATCH_OVERHEAD + MAX_RECORD_OVERHEAD + 10
-_MAX_TIMESTAMP = 2**63 - 1  # the batch header's int64
 _CLOSE_GRACE_S = 1.0  # for connections and tasks once every record has its outcome
 # Set in the context of the sender task (and the tasks it starts) to the producer it serves.
 _SENDER_OF: contextvars.ContextVar[Producer | None] = contextvars.ContextVar(
     "aioaccum_sender_of", default=None
 )
-
-
-class ProducerState(enum.Enum):
-    NEW = "new"
-    RUNNING = "running"
-    CLOSED = "closed"
 
 
 _TRANSITIONS = {
@@ -164,7 +145,7 @@ class Producer:
             raise ProducerClosedError("this producer was closed; create a new one")
         cfg = self._config
         if cfg.otel_metrics:
-            from aioaccum.otel import check_metrics_target  # only now: it is optional
+            from aioaccum._runtime.tracing import check_metrics_target  # only now: optional
 
             check_metrics_target(self, cfg.meter_provider)  # before anything is started
         self._loop = asyncio.get_running_loop()
@@ -177,44 +158,8 @@ class Producer:
             kafka.on_partition_count_change(self._partitioner.remove_topic)
         await kafka.start()
         self._kafka = kafka
-        self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size)
-        self._metrics.bind(self._pool, self._loop.time)
-        txn = TransactionManager(cfg.transactional_id) if cfg.enable_idempotence else None
-        self._acc = RecordAccumulator(
-            self._pool,
-            batch_size=cfg.batch_size,
-            linger=cfg.linger_ms / 1000,
-            delivery_timeout=cfg.delivery_timeout_ms / 1000,
-            compression=CompressionType.from_name(cfg.compression_type),
-            compression_level=cfg.compression_level,
-            transaction_manager=txn,
-            partitioner=self._partitioner,
-            custom_partitioner=cfg.partitioner,
-            ignore_keys=cfg.partitioner_ignore_keys,
-            loop=self._loop,
-            clock=self._loop.time,
-            availability_timeout=cfg.partitioner_availability_timeout_ms / 1000,
-        )
-        core = SenderCore(
-            self._acc,
-            max_request_size=cfg.max_request_size,
-            max_in_flight=cfg.max_in_flight_requests_per_connection,
-            delivery_timeout=cfg.delivery_timeout_ms / 1000,
-            retries=cfg.retries,
-            retry_backoff=cfg.retry_backoff_ms / 1000,
-            retry_backoff_max=cfg.retry_backoff_max_ms / 1000,
-            transaction_manager=txn,
-            metrics=self._metrics,
-        )
-        self._sender = Sender(
-            core, kafka, acks=cfg.acks, request_timeout_ms=cfg.request_timeout_ms
-        )
-        sender = self._sender
-        self._acc.set_wakeup(
-            sender.wakeup,
-            sender.wakeup_threadsafe,
-            wake_by=sender.wake_by,
-            wake_by_threadsafe=sender.wake_by_threadsafe,
+        self._pool, self._acc, self._sender, txn = build_machinery(
+            cfg, kafka, self._partitioner, self._metrics, self._loop
         )
         # The sender's tasks, and every task they start, carry this producer in their context.
         context = contextvars.copy_context()
@@ -225,7 +170,7 @@ class Producer:
         self._parts = (kafka, self._acc, self._sender)
         self._move(ProducerState.RUNNING)
         if cfg.otel_metrics:
-            from aioaccum.otel import observe_metrics  # only now: opentelemetry is optional
+            from aioaccum._runtime.tracing import observe_metrics  # only now: optional
 
             try:
                 observe_metrics(self, cfg.meter_provider)
@@ -530,50 +475,69 @@ class Producer:
             BufferExhaustedError: No buffer memory freed within ``max_block_ms``.
             ProducerTimeoutError: The topic's metadata did not arrive within ``max_block_ms``.
         """
-        if self._hooks is not None and type(headers) is not Intercepted:
-            return await self._hooks.send(self, topic, value, key, partition, timestamp_ms, headers)
-        if self._parts is None:  # not started, or closed; a sender that failed: append refuses
-            self._running_parts()
-        # Read from the attributes, not the tuple: compiled, they are typed, and calls on them
-        # skip Python's call protocol.
-        acc = self._acc
-        assert acc is not None  # set by start(), which made _parts
-        if acc.batches_created != self._batches_seen:
-            # A caller that never has to wait for memory never suspends, and the sender would
-            # not run until the pool is full. Once per new batch, yield to it if its turn is
-            # due (a batch filled, or a linger ended): a cost shared by a batch's worth of
-            # records, and with records spread over many partitions, by every batch opened
-            # within one linger. The yield comes before the next append, not after the one
-            # that opened the batch: a send() cancelled here has buffered nothing, so a send()
-            # that raises never delivers and one that returns always does.
-            self._batches_seen = acc.batches_created
-            sender = self._sender
-            assert sender is not None  # set by start(), with _acc
-            if sender.wants_turn():
-                await asyncio.sleep(0)
-                if self._parts is None:
-                    self._running_parts()
-        kafka = self._kafka
-        assert kafka is not None
-        key, value, header_list, timestamp_ms, size = self._checked(
-            key, value, headers, timestamp_ms
-        )
-        partitions = kafka.partitions_for_topic(topic)
-        max_block_ms: float = self._max_block_ms
-        if not partitions:
-            partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
-            if self._parts is None:
-                self._running_parts()  # closed, or the transaction ended meanwhile
-        # Most records fit the open batch or a free pooled buffer: a plain call, no suspension.
-        appended = acc.append(
-            topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
-            -1.0,  # the accumulator reads the loop's clock if the record opens a batch
-        )
-        if type(appended) is BufferRequest:
-            appended = await self._append_after_wait(
-                acc, appended, max_block_ms,
-                topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
+        # Interceptors and tracing (the hooks) see the record first, and hear of its outcome
+        # whether the append takes it or refuses it. Unset, this one test is all they cost.
+        hooks = self._hooks
+        record = span = None
+        if hooks is not None:
+            record, span = hooks.begin(topic, value, key, partition, timestamp_ms, headers)
+            topic, value, key, partition, timestamp_ms, headers = record
+        try:
+            if hooks is not None:
+                assert record is not None
+                headers = hooks.headers(record, span)
+            if self._parts is None:  # not started, or closed; a sender that failed: append refuses
+                self._running_parts()
+            # Read from the attributes, not the tuple: compiled, they are typed, and calls on
+            # them skip Python's call protocol.
+            acc = self._acc
+            assert acc is not None  # set by start(), which made _parts
+            if acc.batches_created != self._batches_seen:
+                # A caller that never has to wait for memory never suspends, and the sender
+                # would not run until the pool is full. Once per new batch, yield to it if its
+                # turn is due (a batch filled, or a linger ended): a cost shared by a batch's
+                # worth of records, and with records spread over many partitions, by every
+                # batch opened within one linger. The yield comes before the next append, not
+                # after the one that opened the batch: a send() cancelled here has buffered
+                # nothing, so a send() that raises never delivers and one that returns always
+                # does.
+                self._batches_seen = acc.batches_created
+                sender = self._sender
+                assert sender is not None  # set by start(), with _acc
+                if sender.wants_turn():
+                    await asyncio.sleep(0)
+                    if self._parts is None:
+                        self._running_parts()
+            kafka = self._kafka
+            assert kafka is not None
+            key, value, header_list, timestamp, size = self._checked(
+                key, value, headers, timestamp_ms
             )
+            partitions = kafka.partitions_for_topic(topic)
+            max_block_ms: float = self._max_block_ms
+            if not partitions:
+                partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
+                if self._parts is None:
+                    self._running_parts()  # closed, or the transaction ended meanwhile
+            # Most records fit the open batch or a free pooled buffer: a plain call, no
+            # suspension.
+            appended = acc.append(
+                topic, partition, timestamp, key, value, header_list, size, partitions, kafka,
+                -1.0,  # the accumulator reads the loop's clock if the record opens a batch
+            )
+            if type(appended) is BufferRequest:
+                appended = await self._append_after_wait(
+                    acc, appended, max_block_ms, topic, partition, timestamp, key, value,
+                    header_list, size, partitions, kafka,
+                )
+        except BaseException as exc:
+            if hooks is not None:
+                assert record is not None
+                hooks.refused(record, span, exc)
+            raise
+        if hooks is not None:
+            assert record is not None
+            hooks.follow(appended, record, span)  # type: ignore[arg-type]  # as below
         return appended  # type: ignore[return-value]  # a BufferRequest never comes back twice
 
     def _checked(
@@ -593,23 +557,17 @@ class Producer:
             key = as_bytes("key", key)
         if value is not None and type(value) is not bytes:
             value = as_bytes("value", value)
-        header_list = validate_headers(headers) if headers else _NO_HEADERS
-        if timestamp_ms is None:
-            timestamp_ms = time_ns() // 1_000_000
-        elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= _MAX_TIMESTAMP:
-            raise ConfigError(
-                f"timestamp_ms must be an int in 0..{_MAX_TIMESTAMP} (ms since the epoch), "
-                f"got {timestamp_ms!r}"
-            )
+        header_list = validate_headers(headers) if headers else NO_HEADERS
+        timestamp = checked_timestamp(timestamp_ms)
         # A cheap bound first (two 5-byte varints for the lengths); the exact one only near it.
-        size = _RECORD_BOUND + (0 if key is None else len(key)) + (
+        size = RECORD_BOUND + (0 if key is None else len(key)) + (
             0 if value is None else len(value)
         )
         if header_list or size > self._max_record_size:
             size = estimate_size_in_bytes_upper_bound(key, value, header_list)
             if size > self._max_record_size:
                 self._raise_too_large(size)
-        return key, value, header_list, timestamp_ms, size
+        return key, value, header_list, timestamp, size
 
     def send_from_thread(
         self,
@@ -636,95 +594,64 @@ class Producer:
             loop's own thread (in a record future's callback, say): waiting there would stop the
             loop that has to free the memory or fetch the metadata.
         """
-        if self._hooks is not None and type(headers) is not Intercepted:
-            return self._hooks.send_from_thread(
-                self, topic, value, key, partition, timestamp_ms, headers
+        hooks = self._hooks  # as in send()
+        record = span = None
+        if hooks is not None:
+            record, span = hooks.begin(topic, value, key, partition, timestamp_ms, headers)
+            topic, value, key, partition, timestamp_ms, headers = record
+        try:
+            if hooks is not None:
+                assert record is not None
+                headers = hooks.headers(record, span)
+            if self._parts is None:
+                self._running_parts()
+            if self._transactions is not None:
+                # A thread's append could race a commit on the loop's thread and land in the
+                # next transaction: transactions are for coroutines.
+                raise InvalidTxnStateError(
+                    "send_from_thread() does not run in transactions; send from a coroutine on "
+                    "the producer's loop"
+                )
+            acc = self._acc
+            kafka = self._kafka
+            loop = self._loop
+            assert acc is not None  # set by start(), which made _parts
+            assert kafka is not None
+            assert loop is not None
+            if not acc.threaded:
+                enable_threads(acc, loop, self._loop_thread)
+            key, value, header_list, timestamp, size = self._checked(
+                key, value, headers, timestamp_ms
             )
-        if self._parts is None:
-            self._running_parts()
-        if self._transactions is not None:
-            # A thread's append could race a commit on the loop's thread and land in the next
-            # transaction: transactions are for coroutines.
-            raise InvalidTxnStateError(
-                "send_from_thread() does not run in transactions; send from a coroutine on "
-                "the producer's loop"
-            )
-        acc = self._acc
-        kafka = self._kafka
-        loop = self._loop
-        assert acc is not None  # set by start(), which made _parts
-        assert kafka is not None
-        assert loop is not None
-        if not acc.threaded:
-            self._enable_threads(acc, loop)
-        key, value, header_list, timestamp_ms, size = self._checked(
-            key, value, headers, timestamp_ms
-        )
-        partitions = kafka.partitions_for_topic(topic)
-        max_block_ms: float = self._max_block_ms
-        if not partitions:
-            self._refuse_to_block_the_loop()
-            partitions, max_block_ms = self._wait_for_topic_from_thread(kafka, topic, loop)
-        appended = acc.append(
-            topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
-            -1.0, None, True,
-        )
-        if type(appended) is BufferRequest:
-            pool = self._pool
-            assert pool is not None
-            self._refuse_to_block_the_loop()
-            buffer = pool.allocate_blocking(appended.size, max_block_ms)
+            partitions = kafka.partitions_for_topic(topic)
+            max_block_ms: float = self._max_block_ms
+            if not partitions:
+                refuse_to_block_the_loop(self._loop_thread)
+                partitions, max_block_ms = wait_for_topic_from_thread(
+                    self._wait_for_topic(kafka, topic), loop, topic, max_block_ms
+                )
             appended = acc.append(
-                topic, partition, timestamp_ms, key, value, header_list, size, partitions, kafka,
-                loop.time(), (appended, buffer), True,
+                topic, partition, timestamp, key, value, header_list, size, partitions, kafka,
+                -1.0, None, True,
             )
+            if type(appended) is BufferRequest:
+                pool = self._pool
+                assert pool is not None
+                refuse_to_block_the_loop(self._loop_thread)
+                buffer = pool.allocate_blocking(appended.size, max_block_ms)
+                appended = acc.append(
+                    topic, partition, timestamp, key, value, header_list, size, partitions,
+                    kafka, loop.time(), (appended, buffer), True,
+                )
+        except BaseException as exc:
+            if hooks is not None:
+                assert record is not None
+                hooks.refused(record, span, exc)
+            raise
+        if hooks is not None:
+            assert record is not None
+            hooks.follow_from_thread(appended, record, span, loop)  # type: ignore[arg-type]
         return appended  # type: ignore[return-value]  # a BufferRequest never comes back twice
-
-    def _enable_threads(self, acc: RecordAccumulator, loop: asyncio.AbstractEventLoop) -> None:
-        """Make appends lock, once per producer, on the loop's thread: until now the loop
-        appended without the lock, and may be in the middle of an append right now."""
-        if threading.get_ident() == self._loop_thread:
-            acc.enable_threads()
-            return
-        enabled: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-        def enable() -> None:
-            acc.enable_threads()
-            enabled.set_result(None)
-
-        loop.call_soon_threadsafe(enable)
-        try:
-            enabled.result(LOOP_GRACE_S)
-        except concurrent.futures.TimeoutError:
-            raise ProducerTimeoutError(
-                f"the producer's event loop did not answer within {LOOP_GRACE_S} s; is it "
-                "running, and not blocked?"
-            ) from None
-
-    def _refuse_to_block_the_loop(self) -> None:
-        # Checked only where the thread is about to block: appending needs no particular thread.
-        if threading.get_ident() == self._loop_thread:
-            raise RuntimeError(
-                "producer.send_from_thread() would block the producer's own event-loop thread "
-                "(called from a record future's callback?), which has to free the memory or "
-                "fetch the metadata it waits for; use await producer.send() there"
-            )
-
-    def _wait_for_topic_from_thread(
-        self, kafka: KafkaAdapter, topic: str, loop: asyncio.AbstractEventLoop
-    ) -> tuple[Sequence[int], float]:
-        waiting = asyncio.run_coroutine_threadsafe(self._wait_for_topic(kafka, topic), loop)
-        try:
-            # The wait bounds itself by max_block_ms; the margin is for a loop slow to answer.
-            return waiting.result(self._max_block_ms / 1000 + LOOP_GRACE_S)
-        except concurrent.futures.TimeoutError:
-            if waiting.done():
-                raise  # the wait's own timeout (ProducerTimeoutError is a TimeoutError)
-            waiting.cancel()
-            raise ProducerTimeoutError(
-                f"the metadata of topic {topic!r} did not arrive within max_block_ms="
-                f"{self._max_block_ms:g} ms (the producer's loop did not answer in time)"
-            ) from None
 
     async def _append_after_wait(
         self,
@@ -758,47 +685,6 @@ class Producer:
         )
         assert not isinstance(appended, BufferRequest)
         return cast(FutureRecordMetadata, appended)  # what try_append makes for the loop
-
-    @staticmethod
-    def _checked_many_headers(
-        shared: Sequence[tuple[str, bytes | None]] | None,
-        each: Iterable[Sequence[tuple[str, bytes | None]] | None] | None,
-        count: int,
-    ) -> list[list[tuple[str, bytes | None]]] | None:
-        """One checked header list per record, or ``None`` when no record has headers."""
-        common = validate_headers(shared) if shared else []
-        if each is None:
-            return None if not common else [common] * count
-        lists = list(each)
-        if len(lists) != count:
-            raise ConfigError(
-                f"send_many got {len(lists)} record_headers for {count} values; pass one "
-                "entry (None or a list of pairs) per value"
-            )
-        return [common + validate_headers(h) if h else common for h in lists]
-
-    def _check_many_sizes(
-        self,
-        keys: list[bytes | None] | None,
-        values: list[bytes | None],
-        header_lists: list[list[tuple[str, bytes | None]]] | None,
-    ) -> None:
-        def longest(items: list[bytes | None]) -> int:
-            try:
-                return max(map(len, items), default=0)  # type: ignore[arg-type]
-            except TypeError:  # a None among them: the slower way
-                return max((0 if item is None else len(item) for item in items), default=0)
-
-        # A bound first (the longest key with the longest value); each record only near it.
-        bound = longest(values) + (0 if keys is None else longest(keys)) + _RECORD_BOUND
-        if header_lists is None and bound <= self._max_record_size:
-            return
-        for i, value in enumerate(values):
-            key = None if keys is None else keys[i]
-            headers = _NO_HEADERS if header_lists is None else header_lists[i]
-            size = estimate_size_in_bytes_upper_bound(key, value, headers)
-            if size > self._max_record_size:
-                self._raise_too_large(size)
 
     async def _wait_for_topic(
         self, kafka: KafkaAdapter, topic: str
@@ -864,108 +750,12 @@ class Producer:
             (its own ``on_send`` and span), and is checked as it goes.
         """
         if self._hooks is not None:
-            return await self._hooks.send_many(
-                self, topic, values, keys, partition, timestamp_ms, headers, record_headers
+            return await send_each(
+                self.send, topic, values, keys, partition, timestamp_ms, headers, record_headers
             )
-        # Copied: the lengths are read again when the acknowledgements come.
-        value_list = list(values)
-        count = len(value_list)
-        key_list: list[Any] | None = None
-        if keys is not None:
-            key_list = list(keys)
-            if len(key_list) != count:
-                raise ConfigError(
-                    f"send_many got {len(key_list)} keys for {count} values; pass one key "
-                    "per value, or keys=None"
-                )
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
-        elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= _MAX_TIMESTAMP:
-            raise ConfigError(
-                f"timestamp_ms must be an int in 0..{_MAX_TIMESTAMP} (ms since the epoch), "
-                f"got {timestamp_ms!r}"
-            )
-        parts = self._parts
-        if parts is None or parts[2].fatal_error is not None:
-            parts = self._running_parts()
-        kafka, acc, sender = parts
-        loop = self._loop
-        assert loop is not None  # set by start(), which made _parts
-        # Every record is checked before the first is accepted: a bad one refuses the call whole.
-        key_array = (
-            None if key_list is None else checked_column("key", key_list, self._key_serializer)
+        return await send_many(
+            self, topic, values, keys, partition, timestamp_ms, headers, record_headers
         )
-        value_array = checked_column("value", value_list, self._value_serializer)
-        header_lists = self._checked_many_headers(headers, record_headers, count)
-        self._check_many_sizes(key_array, value_array, header_lists)
-        future_all: asyncio.Future[Sequence[RecordMetadata]] = loop.create_future()
-        outcome = ManyResult(future_all, timestamp_ms, key_array, value_array)
-        if not count:
-            outcome.seal(0)
-            return future_all
-
-        partitions = kafka.partitions_for_topic(topic)
-        max_block_ms: float = self._max_block_ms
-        if not partitions:
-            partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
-            if self._parts is None:
-                self._running_parts()  # closed, or the transaction ended meanwhile
-        # Records that share a partition choice (an explicit partition, or the sticky one) go
-        # in a batch at a time; others, and the first record of each new batch, one by one.
-        bulk = header_lists is None and (
-            partition is not None or (self._sticky and (key_array is None or self._ignore_keys))
-        )
-        context = contextvars.copy_context()
-        accepted = 0
-        try:
-            while accepted < count:
-                if bulk:
-                    in_run = acc.append_run(
-                        topic, partition, timestamp_ms, key_array, value_array, accepted,
-                        outcome, partitions, kafka,
-                    )
-                    if in_run:
-                        accepted += in_run
-                        continue
-                key = None if key_array is None else key_array[accepted]
-                value = value_array[accepted]
-                headers_of = _NO_HEADERS if header_lists is None else header_lists[accepted]
-                size = (
-                    _RECORD_BOUND + (0 if key is None else len(key))
-                    + (0 if value is None else len(value))
-                    if header_lists is None
-                    else estimate_size_in_bytes_upper_bound(key, value, headers_of)
-                )
-                appended = acc.append(
-                    topic, partition, timestamp_ms, key, value, headers_of, size, partitions,
-                    kafka, loop.time(),
-                )
-                if isinstance(appended, BufferRequest):
-                    future = await self._append_after_wait(
-                        acc, appended, max_block_ms, topic, partition, timestamp_ms, key, value,
-                        headers_of, size, partitions, kafka,
-                    )
-                else:
-                    future = cast(FutureRecordMetadata, appended)
-                future.add_done_callback(outcome.sink_for(accepted), context=context)
-                accepted += 1
-                if acc.batches_created != self._batches_seen:
-                    self._batches_seen = acc.batches_created
-                    if sender.wants_turn():
-                        await asyncio.sleep(0)  # as in send(): the sender's turn is due
-                        if self._parts is None:
-                            self._running_parts()  # closed, or the transaction ended
-        except BaseException as exc:
-            # seal() counts only the accepted records: the refused one never reached a batch.
-            outcome.seal(accepted)
-            if accepted:  # cancellation too: what went in stays in
-                exc.add_note(
-                    f"send_many accepted {accepted} of {count} records before this one; they "
-                    "will still be delivered (await producer.flush() to wait for them)"
-                )
-            raise
-        outcome.seal(count)
-        return future_all
 
     async def send_records(
         self, records: Iterable[RecordLike]
@@ -1061,10 +851,10 @@ class Producer:
             async def read() -> dict[str, float]:
                 return self.metrics()
 
-            found = _read_on(loop, read())
-            if found is not _LOOP_STOPPED:
+            found = read_on(loop, read())
+            if found is not LOOP_STOPPED:
                 # A loop too busy to answer gives nothing rather than a read racing its writes.
-                return {} if found is _LOOP_BUSY else cast("dict[str, float]", found)
+                return {} if found is LOOP_BUSY else cast("dict[str, float]", found)
         return self._metrics.snapshot(pool, sender.in_flight_requests)
 
     def metric_values(self) -> list[MetricValue]:
@@ -1081,9 +871,9 @@ class Producer:
             async def read() -> list[MetricValue]:
                 return self.metric_values()
 
-            found = _read_on(loop, read())
-            if found is not _LOOP_STOPPED:
-                return [] if found is _LOOP_BUSY else cast("list[MetricValue]", found)
+            found = read_on(loop, read())
+            if found is not LOOP_STOPPED:
+                return [] if found is LOOP_BUSY else cast("list[MetricValue]", found)
         return self._metrics.values(pool, sender.in_flight_requests)
 
     def _loop_elsewhere(self) -> asyncio.AbstractEventLoop | None:
@@ -1101,22 +891,3 @@ class Producer:
     def __repr__(self) -> str:
         return f"<Producer {self._state.value} bootstrap={self._config.bootstrap_servers!r}>"
 
-
-_LOOP_STOPPED = object()
-_LOOP_BUSY = object()
-
-
-def _read_on(loop: asyncio.AbstractEventLoop, read: Coroutine[Any, Any, _T]) -> _T | object:
-    """Run ``read`` on ``loop`` from another thread. ``_LOOP_STOPPED`` when the loop closed
-    (the caller may read where it is: nothing writes any more); ``_LOOP_BUSY`` when it did not
-    answer within ``LOOP_GRACE_S``."""
-    try:
-        future = asyncio.run_coroutine_threadsafe(read, loop)
-    except RuntimeError:  # the loop closed
-        read.close()
-        return _LOOP_STOPPED
-    try:
-        return future.result(LOOP_GRACE_S)
-    except concurrent.futures.TimeoutError:
-        future.cancel()
-        return _LOOP_STOPPED if not loop.is_running() else _LOOP_BUSY

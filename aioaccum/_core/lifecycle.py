@@ -12,9 +12,18 @@ import enum
 from collections.abc import Mapping
 from typing import TypeVar
 
-__all__ = ["IllegalStateTransition", "move"]
+__all__ = ["IllegalStateTransition", "ProducerState", "move"]
 
 S = TypeVar("S", bound=enum.Enum)
+
+
+class ProducerState(enum.Enum):
+    """The producer's lifecycle (its moves are in ``aioaccum.producer``); here, beneath the
+    facade, so that what reports on a producer can tell a running one without importing it."""
+
+    NEW = "new"
+    RUNNING = "running"
+    CLOSED = "closed"
 
 
 class IllegalStateTransition(RuntimeError):

@@ -1,4 +1,4 @@
-"""Checks of what callers pass to send: topics, keys, values and headers.
+"""Checks of what callers pass to send: topics, timestamps, keys, values and headers.
 
 Each runs only when a cheap test in the hot path failed (a value that is not ``bytes``, a topic
 not yet in metadata), so good input pays nothing for the messages written here.
@@ -7,11 +7,22 @@ not yet in metadata), so good input pays nothing for the messages written here.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from time import time_ns
 from typing import Any
 
 from aioaccum.errors import ConfigError, SerializationError
 
-__all__ = ["as_bytes", "checked_column", "total_len", "validate_headers", "validate_topic"]
+__all__ = [
+    "MAX_TIMESTAMP",
+    "as_bytes",
+    "checked_column",
+    "checked_timestamp",
+    "total_len",
+    "validate_headers",
+    "validate_topic",
+]
+
+MAX_TIMESTAMP = 2**63 - 1  # the batch header's int64
 
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 _MAX_TOPIC_LENGTH = 249
@@ -27,6 +38,23 @@ def validate_topic(topic: object) -> str:
             "[a-zA-Z0-9._-], not '.' or '..'"
         )
     return topic
+
+
+def checked_timestamp(timestamp_ms: object) -> int:
+    """A record's create time: now when ``timestamp_ms`` is ``None``, else ``timestamp_ms``
+    itself, which must be an ``int`` in ``0..MAX_TIMESTAMP`` (ms since the epoch).
+
+    Raises:
+        ConfigError: ``timestamp_ms`` is neither ``None`` nor such an ``int``.
+    """
+    if timestamp_ms is None:
+        return time_ns() // 1_000_000
+    if type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP:
+        raise ConfigError(
+            f"timestamp_ms must be an int in 0..{MAX_TIMESTAMP} (ms since the epoch), "
+            f"got {timestamp_ms!r}"
+        )
+    return timestamp_ms
 
 
 def as_bytes(what: str, data: object) -> bytes | None:

@@ -1,4 +1,4 @@
-"""Interceptors (Java's ``ProducerInterceptor``) and the hooks that run them around a send.
+"""Interceptors (Java's ``ProducerInterceptor``) and tracing: the hooks the send path calls.
 
 Set ``Producer(interceptors=[...])`` to see, and change, every record on its way in and see every
 outcome on its way out::
@@ -29,10 +29,13 @@ on the I/O thread, so it must be quick and must not block.
 Tracing (:mod:`aioaccum.otel`) rides on the same hooks: its span starts after the interceptors,
 so it sees the record they made, and ends when the record's outcome is known.
 
-The producer tests one attribute per call to know whether any of this is set up; with no
-interceptor and no tracing nothing here runs. With them, :class:`SendHooks` wraps the call and
-hands the producer the final record with its headers in an :class:`Intercepted` list, which is
-how the producer knows the record went through the hooks already.
+The producer calls these hooks from inside its one send path and goes on, as Java's
+``KafkaProducer.send()`` calls ``interceptors.onSend(record)``: :meth:`SendHooks.begin` returns
+the record to send and its span, :meth:`SendHooks.headers` the headers to send it with,
+:meth:`SendHooks.follow` takes the record future the append made, and
+:meth:`SendHooks.refused` hears of a record the send path refused. The hooks never see the
+producer. The producer tests one attribute per call to know whether any of this is set up; with
+no interceptor and no tracing nothing here runs.
 """
 
 from __future__ import annotations
@@ -40,80 +43,27 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from aioaccum._core.futures import (
-    FutureRecordMetadata,
     ProduceRequestResult,
     RecordFuture,
     RecordMetadata,
     ThreadRecordFuture,
 )
+from aioaccum._core.interceptor_api import Headers, ProducerInterceptor, ProducerRecord
 from aioaccum._core.validate import validate_headers
-from aioaccum.errors import ConfigError
 
 if TYPE_CHECKING:
+    from aioaccum._runtime.tracing import RecordTracer
     from aioaccum.config.producer_config import ProducerConfig
-    from aioaccum.otel import RecordTracer
-    from aioaccum.producer import Producer
 
-__all__ = ["Intercepted", "ProducerInterceptor", "ProducerRecord", "SendHooks"]
+__all__ = ["ProducerInterceptor", "ProducerRecord", "SendHooks"]
 
 log = logging.getLogger(__name__)
 
-Headers = Sequence[tuple[str, bytes | None]]
-
-
-class ProducerRecord(NamedTuple):
-    """One record as ``send()`` was given it, before serialization (Java's ``ProducerRecord``).
-
-    Immutable: an interceptor returns a changed copy (``record.replace(value=...)``).
-    ``partition`` and ``timestamp_ms`` are ``None`` when the producer chooses them.
-    """
-
-    # A named tuple rather than a frozen dataclass: one is made per record sent through the
-    # hooks, and a frozen dataclass takes several times longer to build.
-    topic: str
-    value: Any = None
-    key: Any = None
-    partition: int | None = None
-    timestamp_ms: int | None = None
-    headers: Headers | None = None
-
-    def replace(self, **changes: Any) -> ProducerRecord:
-        """A copy with ``changes`` (field name -> new value)."""
-        return self._replace(**changes)
-
-
 _new_record = tuple.__new__
-
-
-class ProducerInterceptor(Protocol):
-    """What ``Producer(interceptors=[...])`` takes: Java's ``ProducerInterceptor``.
-
-    Subclass it to inherit the do-nothing defaults, or pass any object with these methods
-    (one of the two ``on_`` methods is enough at run time).
-    """
-
-    def on_send(self, record: ProducerRecord) -> ProducerRecord:
-        """Called for each record before it is serialized; return it, or a replacement."""
-        return record
-
-    def on_acknowledgement(self, metadata: RecordMetadata, error: BaseException | None) -> None:
-        """Called once per record: acknowledged (``error`` is ``None``) or failed."""
-        return None
-
-    def close(self) -> None:
-        """Called once when the producer closes."""
-        return None
-
-
-class Intercepted(list[tuple[str, bytes | None]]):
-    """A record's headers, marked as having been through :class:`SendHooks` already."""
-
-    __slots__ = ()
 
 
 def _failed_metadata(record: ProducerRecord, future: RecordFuture | None) -> RecordMetadata:
@@ -136,7 +86,7 @@ def _bound(interceptors: Sequence[object], method: str) -> list[tuple[object, Ca
 
 
 class SendHooks:
-    """Runs the interceptors and the tracer around each send of one producer."""
+    """The interceptors and the tracer of one producer, called by its send path."""
 
     __slots__ = ("_acks", "_batches", "_closers", "_sends", "_tracer", "_warned")
 
@@ -159,7 +109,8 @@ class SendHooks:
             return None
         tracer = None
         if config.tracing:
-            from aioaccum.otel import RecordTracer  # only now: opentelemetry is optional
+            # Only now: OpenTelemetry is optional.
+            from aioaccum._runtime.tracing import RecordTracer
 
             tracer = RecordTracer.from_config(config)
         return cls(config.interceptors, tracer)
@@ -217,26 +168,36 @@ class SendHooks:
             except Exception:
                 self._report(interceptor, "close")
 
-    # --- around one record
+    # --- around one record, called by the producer's send path
 
-    def _begin(self, record: ProducerRecord) -> tuple[ProducerRecord, Any]:
-        """The interceptors' record, and its span if tracing."""
+    def begin(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int | None,
+        timestamp_ms: int | None,
+        headers: Headers | None,
+    ) -> tuple[ProducerRecord, Any]:
+        """The record to send (the interceptors' last), and its span if tracing."""
+        record = _new_record(ProducerRecord, (topic, value, key, partition, timestamp_ms, headers))
         if self._sends:
             record = self.on_send(record)
         tracer = self._tracer
         return record, None if tracer is None else tracer.start(record)
 
-    def _headers(self, record: ProducerRecord, span: Any) -> Intercepted:
-        """The record's headers, checked, with the trace context if asked for."""
+    def headers(self, record: ProducerRecord, span: Any) -> list[tuple[str, bytes | None]]:
+        """The headers to send ``record`` with: checked, with the trace context if asked for."""
         given = record.headers
-        headers = Intercepted() if given is None else Intercepted(validate_headers(given))
+        headers = [] if given is None else validate_headers(given)
         if span is not None:
             assert self._tracer is not None
             self._tracer.inject(span, headers)
         return headers
 
-    def _refused(self, record: ProducerRecord, span: Any, error: BaseException) -> None:
-        """``send()`` raised: the record failed before it was accepted (Java's onSendError)."""
+    def refused(self, record: ProducerRecord, span: Any, error: BaseException) -> None:
+        """The send path refused ``record``: it failed before it was accepted (Java's
+        onSendError)."""
         self._end(span, _failed_metadata(record, None), error)
 
     def _end(self, span: Any, metadata: RecordMetadata, error: BaseException | None) -> None:
@@ -250,20 +211,7 @@ class SendHooks:
                 # callbacks: a tracer that raised here would leave their waiters waiting.
                 self._report(self._tracer, "ending a span")
 
-    def _done(
-        self,
-        record: ProducerRecord,
-        span: Any,
-        future: ThreadRecordFuture,
-    ) -> None:
-        """A thread's record future's done-callback: the record's outcome, once."""
-        error = future.exception()
-        if error is not None:
-            self._end(span, _failed_metadata(record, future), error)
-        else:
-            self._end(span, future.result(), None)
-
-    def _follow(self, future: RecordFuture, record: ProducerRecord, span: Any) -> None:
+    def follow(self, future: RecordFuture, record: ProducerRecord, span: Any) -> None:
         """Report ``future``'s outcome when its batch ends (on the loop's thread only)."""
         result = future._result
         if result.done:
@@ -276,6 +224,31 @@ class SendHooks:
             result.add_listener(self._batch_ended)
         entries.append((future, record, span))
 
+    def follow_from_thread(
+        self,
+        future: ThreadRecordFuture,
+        record: ProducerRecord,
+        span: Any,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """:meth:`follow` for a record another thread appended: its outcome is reported on
+        ``loop``, the producer's, as the batches' listeners are."""
+        done = functools.partial(self._done, record, span)
+        if future.done():
+            # Already acknowledged: the callback would run here, on the caller's thread, but
+            # interceptors hear of outcomes on the producer's loop.
+            loop.call_soon_threadsafe(done, future)
+        else:
+            future.add_done_callback(done)
+
+    def _done(self, record: ProducerRecord, span: Any, future: ThreadRecordFuture) -> None:
+        """A thread's record future's done-callback: the record's outcome, once."""
+        error = future.exception()
+        if error is not None:
+            self._end(span, _failed_metadata(record, future), error)
+        else:
+            self._end(span, future.result(), None)
+
     def _batch_ended(self, result: ProduceRequestResult) -> None:
         """A batch ended, or was split (then its records are followed to where they went)."""
         entries = self._batches.pop(result, None)
@@ -285,7 +258,7 @@ class SendHooks:
             # A record future cancelled meanwhile is still reported: cancelling one only stops
             # it from reporting, and the record is still sent. One that a split moved is
             # followed to its new batch.
-            self._follow(future, record, span)
+            self.follow(future, record, span)
 
     def _outcome(self, future: RecordFuture, record: ProducerRecord, span: Any) -> None:
         """The outcome of ``future``, whose batch ended."""
@@ -294,145 +267,3 @@ class SendHooks:
             self._end(span, _failed_metadata(record, future), error)
         else:
             self._end(span, future._metadata(), None)
-
-    # --- the producer's entry points, when hooks are set
-
-    async def send(
-        self,
-        producer: Producer,
-        topic: str,
-        value: Any,
-        key: Any,
-        partition: int | None,
-        timestamp_ms: int | None,
-        headers: Headers | None,
-    ) -> FutureRecordMetadata:
-        """``Producer.send`` with the hooks around it."""
-        record, span = self._begin(
-            _new_record(ProducerRecord, (topic, value, key, partition, timestamp_ms, headers))
-        )
-        try:
-            future = await producer.send(
-                record.topic, record.value, record.key, record.partition, record.timestamp_ms,
-                self._headers(record, span),
-            )
-        except BaseException as exc:
-            self._refused(record, span, exc)
-            raise
-        self._follow(future, record, span)
-        return future
-
-    def send_from_thread(
-        self,
-        producer: Producer,
-        topic: str,
-        value: Any,
-        key: Any,
-        partition: int | None,
-        timestamp_ms: int | None,
-        headers: Headers | None,
-    ) -> ThreadRecordFuture:
-        """``Producer.send_from_thread`` with the hooks around it."""
-        record, span = self._begin(
-            _new_record(ProducerRecord, (topic, value, key, partition, timestamp_ms, headers))
-        )
-        try:
-            future = producer.send_from_thread(
-                record.topic, record.value, record.key, record.partition, record.timestamp_ms,
-                self._headers(record, span),
-            )
-        except BaseException as exc:
-            self._refused(record, span, exc)
-            raise
-        done = functools.partial(self._done, record, span)
-        loop = producer._loop
-        if future.done() and loop is not None:
-            # Already acknowledged: the callback would run here, on the caller's thread, but
-            # interceptors hear of outcomes on the producer's loop.
-            loop.call_soon_threadsafe(done, future)
-        else:
-            future.add_done_callback(done)
-        return future
-
-    async def send_many(
-        self,
-        producer: Producer,
-        topic: str,
-        values: Iterable[Any],
-        keys: Iterable[Any] | None,
-        partition: int | None,
-        timestamp_ms: int | None,
-        headers: Headers | None,
-        record_headers: Iterable[Headers | None] | None,
-    ) -> asyncio.Future[Sequence[RecordMetadata]]:
-        """``Producer.send_many`` record by record, each through the hooks, with one future for
-        them all (as the bulk path returns).
-
-        Each record is checked as it is sent, so a bad record stops the call midway; the
-        records before it stay buffered (a note on the error says how many).
-        """
-        value_list = list(values)
-        count = len(value_list)
-        key_list: list[Any] = [None] * count if keys is None else list(keys)
-        each: list[Headers | None] = [None] * count if record_headers is None else list(
-            record_headers
-        )
-        if len(key_list) != count:
-            raise ConfigError(
-                f"send_many got {len(key_list)} keys for {count} values; pass one key per "
-                "value, or keys=None"
-            )
-        if len(each) != count:
-            raise ConfigError(
-                f"send_many got {len(each)} record_headers for {count} values; pass one "
-                "entry (None or a list of pairs) per value"
-            )
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)  # one create time for the call, as in bulk
-        shared = validate_headers(headers)
-        futures: list[FutureRecordMetadata] = []
-        try:
-            for value, key, own in zip(value_list, key_list, each, strict=True):
-                record_headers_of = [*shared, *own] if own else (shared or None)
-                futures.append(
-                    await self.send(
-                        producer, topic, value, key, partition, timestamp_ms, record_headers_of
-                    )
-                )
-        except BaseException as exc:
-            if futures:
-                exc.add_note(
-                    f"send_many accepted {len(futures)} of {count} records before this one; "
-                    "they will still be delivered (await producer.flush() to wait for them)"
-                )
-            raise
-        return _all_of(asyncio.get_running_loop(), futures)
-
-
-def _all_of(
-    loop: asyncio.AbstractEventLoop, futures: list[FutureRecordMetadata]
-) -> asyncio.Future[Sequence[RecordMetadata]]:
-    """One future of every record's metadata in order, or of the first error (in input order)
-    once all have ended. Cancelling it leaves the records alone."""
-    combined: asyncio.Future[Sequence[RecordMetadata]] = loop.create_future()
-    remaining = len(futures)
-    if not remaining:
-        combined.set_result([])
-        return combined
-
-    def one_done(_: object) -> None:
-        # The record futures are this call's own: nobody else can cancel them.
-        nonlocal remaining
-        remaining -= 1
-        if remaining or combined.done():
-            return
-        for future in futures:
-            error = future.exception()
-            if error is not None:
-                combined.set_exception(error)
-                return
-        combined.set_result([future.result() for future in futures])
-
-    for future in futures:
-        future.add_done_callback(one_done)
-    return combined

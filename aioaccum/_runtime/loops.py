@@ -5,14 +5,29 @@ This applies only where aioaccum itself creates the loop: the command line and
 ``_spark_rows``, makes the same choice). A :class:`~aioaccum.Producer` that a
 caller starts runs on the caller's own loop, whatever it is. aioaccum never installs an
 event-loop policy and never replaces a loop it did not make.
+
+:func:`read_on` runs a read on a loop from another thread, for what must be read where it is
+written (the producer's metrics, read by a scrape thread).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import concurrent.futures
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
-__all__ = ["LOOP_GRACE_S", "LoopFactory", "default_loop_factory", "describe_loop"]
+__all__ = [
+    "LOOP_BUSY",
+    "LOOP_GRACE_S",
+    "LOOP_STOPPED",
+    "LoopFactory",
+    "default_loop_factory",
+    "describe_loop",
+    "read_on",
+]
+
+_T = TypeVar("_T")
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
@@ -42,3 +57,25 @@ def describe_loop(loop: asyncio.AbstractEventLoop) -> str:
     if kind.__module__.split(".", 1)[0] == "asyncio":
         return f"asyncio ({kind.__name__})"
     return f"{kind.__module__}.{kind.__qualname__}"
+
+
+LOOP_STOPPED = object()
+"""What :func:`read_on` returns when the loop closed."""
+LOOP_BUSY = object()
+"""What :func:`read_on` returns when the loop did not answer in time."""
+
+
+def read_on(loop: asyncio.AbstractEventLoop, read: Coroutine[Any, Any, _T]) -> _T | object:
+    """Run ``read`` on ``loop`` from another thread. ``LOOP_STOPPED`` when the loop closed
+    (the caller may read where it is: nothing writes any more); ``LOOP_BUSY`` when it did not
+    answer within ``LOOP_GRACE_S``."""
+    try:
+        future = asyncio.run_coroutine_threadsafe(read, loop)
+    except RuntimeError:  # the loop closed
+        read.close()
+        return LOOP_STOPPED
+    try:
+        return future.result(LOOP_GRACE_S)
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        return LOOP_STOPPED if not loop.is_running() else LOOP_BUSY

@@ -7,6 +7,9 @@ batch, or a keyed record) reports through a :class:`_Slot`, a done-callback on i
 future. Once every accepted record has an outcome, one future gets the metadata in input order,
 or the first error. The metadata is built then, in one pass, not record by record as
 acknowledgements arrive.
+
+:func:`all_of` joins record futures the same way for a call whose records went one by one
+through :meth:`Producer.send` (with interceptors or tracing set).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import TypeVar, overload
 from aioaccum._core.cluster import TopicPartition
 from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
 
-__all__ = ["ManyOutcomes", "ManyResult", "ReadOnRead"]
+__all__ = ["ManyOutcomes", "ManyResult", "ReadOnRead", "all_of"]
 
 _T = TypeVar("_T")
 
@@ -209,3 +212,32 @@ class _Slot:
         else:
             owner._singles.append((self._index, future.result()))
         owner._settle(1)
+
+
+def all_of(
+    loop: asyncio.AbstractEventLoop, futures: list[FutureRecordMetadata]
+) -> asyncio.Future[Sequence[RecordMetadata]]:
+    """One future of every record's metadata in order, or of the first error (in input order)
+    once all have ended. Cancelling it leaves the records alone."""
+    combined: asyncio.Future[Sequence[RecordMetadata]] = loop.create_future()
+    remaining = len(futures)
+    if not remaining:
+        combined.set_result([])
+        return combined
+
+    def one_done(_: object) -> None:
+        # The record futures are this call's own: nobody else can cancel them.
+        nonlocal remaining
+        remaining -= 1
+        if remaining or combined.done():
+            return
+        for future in futures:
+            error = future.exception()
+            if error is not None:
+                combined.set_exception(error)
+                return
+        combined.set_result([future.result() for future in futures])
+
+    for future in futures:
+        future.add_done_callback(one_done)
+    return combined

@@ -26,19 +26,23 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, overload
+from typing import Any, Protocol, overload
 
 from aioaccum._core.futures import RecordMetadata
-from aioaccum._core.validate import validate_headers, validate_topic
+from aioaccum._core.lifecycle import ProducerState
+from aioaccum._core.validate import checked_timestamp, validate_headers, validate_topic
 from aioaccum._runtime.many import ReadOnRead
 from aioaccum.errors import ConfigError, ProducerClosedError
 
-if TYPE_CHECKING:
-    from aioaccum.producer import Producer
+__all__ = [
+    "JoinedOutcomes",
+    "ManySender",
+    "RecordFields",
+    "RecordLike",
+    "cut_runs",
+    "send_records",
+]
 
-__all__ = ["JoinedOutcomes", "RecordFields", "RecordLike", "cut_runs", "send_records"]
-
-_MAX_TIMESTAMP = 2**63 - 1
 _FIELDS = ("topic", "value", "key", "partition", "timestamp_ms", "headers")
 Headers = Sequence[tuple[str, bytes | None]]
 
@@ -62,6 +66,25 @@ class RecordFields(Protocol):
 
 RecordLike = RecordFields | tuple[Any, ...]
 """A record object, or a tuple ``(topic, value[, key[, partition[, timestamp_ms[, headers]]]])``."""
+
+
+class ManySender(Protocol):
+    """What ``send_records`` uses of the producer: its bulk path and its state."""
+
+    @property
+    def state(self) -> ProducerState: ...
+
+    async def send_many(
+        self,
+        topic: str,
+        values: Iterable[Any],
+        *,
+        keys: Iterable[Any] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+        record_headers: Iterable[Headers | None] | None = None,
+    ) -> asyncio.Future[Sequence[RecordMetadata]]: ...
 
 
 class Run:
@@ -90,7 +113,7 @@ class Run:
         if self.headers is not None:
             self.headers.append(headers or None)
 
-    async def send(self, producer: Producer) -> asyncio.Future[Sequence[RecordMetadata]]:
+    async def send(self, producer: ManySender) -> asyncio.Future[Sequence[RecordMetadata]]:
         return await producer.send_many(
             self.topic,
             self.values,
@@ -147,13 +170,12 @@ def cut_runs(records: Iterable[RecordLike]) -> list[Run]:
             raise ConfigError(
                 f"record #{index}: partition must be None or an int >= 0, got {partition!r}"
             )
-        if timestamp_ms is not None and (
-            type(timestamp_ms) is not int or not 0 <= timestamp_ms <= _MAX_TIMESTAMP
-        ):
-            raise ConfigError(
-                f"record #{index}: timestamp_ms must be None or an int in 0..{_MAX_TIMESTAMP} "
-                f"(ms since the epoch), got {timestamp_ms!r}"
-            )
+        if timestamp_ms is not None:
+            # None stays None: "now" for the whole run, which send_many reads once.
+            try:
+                checked_timestamp(timestamp_ms)
+            except ConfigError as exc:
+                raise ConfigError(f"record #{index}: {exc} (or None for now)") from None
         if headers:
             headers = validate_headers(headers)
         if (
@@ -169,17 +191,15 @@ def cut_runs(records: Iterable[RecordLike]) -> list[Run]:
 
 
 async def send_records(
-    producer: Producer, records: Iterable[RecordLike]
+    producer: ManySender, records: Iterable[RecordLike]
 ) -> asyncio.Future[Sequence[RecordMetadata]]:
-    """What :meth:`Producer.send_records` does (see there)."""
+    """What :meth:`Producer.send_records` does (see there); ``producer`` is the one sending."""
     runs = cut_runs(records)
     if len(runs) == 1:
         return await runs[0].send(producer)
     loop = asyncio.get_running_loop()
     joined: asyncio.Future[Sequence[RecordMetadata]] = loop.create_future()
     if not runs:
-        from aioaccum.producer import ProducerState  # here: producer.py imports this module
-
         if producer.state is not ProducerState.RUNNING:
             raise ProducerClosedError(f"cannot send: the producer is {producer.state.value}")
         joined.set_result(JoinedOutcomes([], []))

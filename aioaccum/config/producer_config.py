@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
-    from aioaccum._runtime.hooks import ProducerInterceptor
+    from aioaccum._core.interceptor_api import ProducerInterceptor
     from aioaccum.oauth import TokenProvider
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from aioaccum import Producer
-from aioaccum._runtime.hooks import ProducerRecord
+from aioaccum.interceptors import ProducerRecord
 from aioaccum.sync import SyncProducer
 
 from .test_web import consume_all

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from aioaccum import RecordMetadata, RecordTooLargeError
-from aioaccum._runtime.hooks import ProducerInterceptor, ProducerRecord
+from aioaccum.interceptors import ProducerInterceptor, ProducerRecord
 from aioaccum.producer import Producer
 
 if TYPE_CHECKING:

@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "aioaccum",
             "aioaccum.producer",
+            "aioaccum._producer",
             "aioaccum.sync",
             "aioaccum.interceptors",
             "aioaccum.transactions",

@@ -11,10 +11,10 @@ import pytest
 from aioaccum import ConfigError, ProducerClosedError, SerializationError
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
-from aioaccum._runtime.hooks import ProducerRecord
 from aioaccum._runtime.many import ManyOutcomes
 from aioaccum._runtime.send_records import JoinedOutcomes, cut_runs
 from aioaccum.errors import TopicAuthorizationError
+from aioaccum.interceptors import ProducerRecord
 from aioaccum.producer import Producer
 from aioaccum.sync import SyncProducer
 
