@@ -243,11 +243,20 @@ def _check_tls(settings: ServeSettings) -> None:
 def serve(settings: ServeSettings) -> int:
     """Serve until a signal drains the server; return the process's exit status.
 
+    A certificate and key that cannot serve HTTPS are one ``error:`` line on stderr and the
+    start-failure status (3), before anything listens or any worker starts.
+
     Raises:
         ConfigError: A setting is invalid (before anything listens).
     """
     _warn_if_exposed(settings)
-    _check_tls(settings)
+    try:
+        _check_tls(settings)
+    except ConfigError as exc:
+        # The server cannot start: the same status as a worker whose server never started,
+        # so that whatever restarts the service sees a start failure, not a bad flag.
+        print(f"error: {exc}", file=sys.stderr)
+        return _STARTUP_FAILURE
     if settings.workers == 1:
         return _run_worker(settings, None, None)
     return _Supervisor(settings).run()

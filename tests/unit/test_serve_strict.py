@@ -172,6 +172,6 @@ def test_a_certificate_and_a_key_that_do_not_match_are_one_error_line(tmp_path: 
              "--tls-cert", str(cert), "--tls-key", str(other_key)],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
-        assert done.returncode == 2, done.stderr
+        assert done.returncode == 3, done.stderr  # the start-failure status, no restart loop
         [line] = done.stderr.strip().splitlines()
         assert line.startswith("error: tls.cert"), done.stderr
