@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
@@ -108,7 +109,7 @@ async def _create_topic(bootstrap: str) -> tuple[str, dict[int, int]]:
         await client.close()
 
 
-async def _produce(bootstrap: str, topic: str, **settings: object) -> set[int]:
+async def _produce(bootstrap: str, topic: str, **settings: Any) -> set[int]:
     """Send RECORDS keyless records; the partitions the brokers acknowledged them in."""
     # Small batches: the sticky partition moves on every few records, so thousands of records
     # make hundreds of draws.
