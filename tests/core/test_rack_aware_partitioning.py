@@ -241,3 +241,19 @@ def test_compiled_and_pure_python_draw_the_same_partitions(adaptive: bool) -> No
         draws.append(seen)
     assert draws[0] == draws[1]
     assert len({chosen for chosen, _ in draws[0]}) > 5
+
+
+# -- the racks of a StaticCluster -------------------------------------------------------------
+
+
+def test_static_cluster_answers_racks_and_keeps_them_when_leaders_move() -> None:
+    assert [CLUSTER.rack_of(node) for node in (0, 1, 2, 7)] == [*RACKS.values(), None]
+    moved = CLUSTER.with_leader(TopicPartition(TOPIC, 0), 1)
+    assert (moved.racks, moved.client_rack) == (RACKS, "use1-az2")
+    # The client's rack is part of the view.
+    assert moved != StaticCluster(moved.nodes, moved.partitions, racks=RACKS)
+    assert moved == StaticCluster(
+        moved.nodes, moved.partitions, racks=RACKS, client_rack="use1-az2"
+    )
+    with pytest.raises(ValueError, match=r"racks given for \[9\], which are not among the nodes"):
+        StaticCluster([0], {(TOPIC, 0): 0}, racks={9: "x"})
