@@ -16,6 +16,7 @@ from pathlib import Path
 
 from aioaccum.config import SETTINGS, NoJavaName, Setting
 from aioaccum.config.serve_settings import SETTINGS as SERVE_SETTINGS
+from aioaccum.config.settings import PRODUCER
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 SERVE_DOCS = DOCS.with_name("serve.md")
@@ -67,9 +68,34 @@ def _line(row: Setting) -> str:
     return f"| {' | '.join(cells)} |\n"
 
 
+REFUSED_INTRO = """
+## Java settings that are refused
+
+`ProducerConfig.from_properties` (and a keyword argument spelt like one of them) raises a
+`ConfigError` that names the setting and why, rather than dropping a setting that would change
+what Java's client does. Together with the table above this covers every setting of Kafka
+4.4's `ProducerConfig`.
+
+| Java name | Why |
+|---|---|
+"""
+
+
+def _refused_lines() -> str:
+    names = [
+        (_cell(name, code=True), why) for name, why in sorted(PRODUCER.refused.items())
+    ]
+    families = [
+        (_cell(prefix + "*", code=True) + " (the rest)", why)
+        for prefix, why in PRODUCER.refused_prefixes
+    ]
+    return "".join(f"| {name} | {_cell(why)} |\n" for name, why in names + families)
+
+
 def render() -> str:
-    """The page, one table line per setting, in the rows' order."""
-    return INTRO + "".join(map(_line, SETTINGS))
+    """The page: one table line per setting, in the rows' order, then the Java settings that
+    are refused, with the reason."""
+    return INTRO + "".join(map(_line, SETTINGS)) + REFUSED_INTRO + _refused_lines()
 
 
 def _serve_default(value: object) -> str:

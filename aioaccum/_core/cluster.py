@@ -2,8 +2,11 @@
 
 The accumulator and the partitioner never talk to brokers. They read a :class:`ClusterView`: a
 snapshot-like object that answers which partitions a topic has, which of them currently have a
-leader, who that leader is, and which partitions a broker leads. The producer's metadata cache
-satisfies the protocol; :class:`StaticCluster` is an immutable stand-in for tests.
+leader, who that leader is, which partitions a broker leads and in which rack a broker stands.
+It also says which rack this client stands in when keyless records should favour leaders there
+(``client_rack`` with ``partitioner_rack_aware``): the view is where the partitioner learns
+where things are, its own place included. The producer's metadata cache satisfies the
+protocol; :class:`StaticCluster` is an immutable stand-in for tests.
 """
 
 from __future__ import annotations
@@ -45,6 +48,17 @@ class ClusterView(Protocol):
         """The partitions whose leader is ``node``."""
         ...
 
+    def rack_of(self, node: int) -> str | None:
+        """The rack broker ``node`` declares (its ``broker.rack``), or ``None`` when it declares
+        none or is unknown."""
+        ...
+
+    @property
+    def client_rack(self) -> str | None:
+        """The rack of this client when the built-in partitioner is rack aware (KIP-1123), else
+        ``None``: keyless records then prefer partitions whose leader is in this rack."""
+        ...
+
     @property
     def metadata_version(self) -> int:
         """A number that changes whenever any answer above may have changed: what was
@@ -64,13 +78,18 @@ class StaticCluster:
         nodes: The broker node ids.
         partitions: Each known partition mapped to its leader's node id, or ``None`` when the
             partition currently has no leader.
+        racks: The rack of each broker that declares one.
+        client_rack: The client's rack, for rack-aware partitioning; ``None``: not rack aware.
 
     Raises:
-        ValueError: A leader is not one of ``nodes``, or a partition number is negative.
+        ValueError: A leader or a rack's node is not one of ``nodes``, or a partition number is
+            negative.
     """
 
     nodes: frozenset[int]
     partitions: Mapping[TopicPartition, int | None]
+    racks: Mapping[int, str]
+    client_rack: str | None
     _by_topic: dict[str, tuple[int, ...]] = field(init=False, repr=False, compare=False)
     _available: dict[str, tuple[int, ...]] = field(init=False, repr=False, compare=False)
     _by_node: dict[int, tuple[TopicPartition, ...]] = field(init=False, repr=False, compare=False)
@@ -80,8 +99,15 @@ class StaticCluster:
         self,
         nodes: Collection[int],
         partitions: Mapping[TopicPartition, int | None] | Mapping[tuple[str, int], int | None],
+        *,
+        racks: Mapping[int, str] | None = None,
+        client_rack: str | None = None,
     ) -> None:
         node_set = frozenset(nodes)
+        rack_table = dict(racks or {})
+        strangers = sorted(set(rack_table) - node_set)
+        if strangers:
+            raise ValueError(f"racks given for {strangers}, which are not among the nodes")
         table: dict[TopicPartition, int | None] = {}
         for (topic, partition), leader in partitions.items():
             if partition < 0:
@@ -105,18 +131,29 @@ class StaticCluster:
         # Frozen: the derived indexes are written once, here, and never again.
         object.__setattr__(self, "nodes", node_set)
         object.__setattr__(self, "partitions", table)
+        object.__setattr__(self, "racks", rack_table)
+        object.__setattr__(self, "client_rack", client_rack)
         object.__setattr__(self, "_by_topic", {t: tuple(p) for t, p in by_topic.items()})
         object.__setattr__(self, "_available", {t: tuple(p) for t, p in available.items()})
         object.__setattr__(self, "_by_node", {n: tuple(p) for n, p in by_node.items()})
         object.__setattr__(self, "_version", next(_static_versions))
 
     @classmethod
-    def uniform(cls, topics: Mapping[str, int], nodes: int = 3) -> StaticCluster:
+    def uniform(
+        cls,
+        topics: Mapping[str, int],
+        nodes: int = 3,
+        *,
+        racks: Mapping[int, str] | None = None,
+        client_rack: str | None = None,
+    ) -> StaticCluster:
         """A cluster whose topics' partitions are led round-robin by nodes ``0 .. nodes-1``.
 
         Args:
             topics: Topic name mapped to its number of partitions.
             nodes: How many brokers.
+            racks: The rack of each broker that declares one.
+            client_rack: The client's rack, for rack-aware partitioning.
         """
         if nodes < 1:
             raise ValueError(f"a cluster needs at least one node, got {nodes}")
@@ -125,13 +162,13 @@ class StaticCluster:
             for topic, count in topics.items()
             for p in range(count)
         }
-        return cls(range(nodes), table)
+        return cls(range(nodes), table, racks=racks, client_rack=client_rack)
 
     def with_leader(self, tp: TopicPartition, leader: int | None) -> StaticCluster:
         """A copy of this cluster in which ``tp`` is led by ``leader`` (``None``: no leader)."""
         table = dict(self.partitions)
         table[TopicPartition(*tp)] = leader
-        return StaticCluster(self.nodes, table)
+        return StaticCluster(self.nodes, table, racks=self.racks, client_rack=self.client_rack)
 
     def partitions_for_topic(self, topic: str) -> Sequence[int] | None:
         return self._by_topic.get(topic)
@@ -145,9 +182,19 @@ class StaticCluster:
     def partitions_for_node(self, node: int) -> Sequence[TopicPartition]:
         return self._by_node.get(node, ())
 
+    def rack_of(self, node: int) -> str | None:
+        return self.racks.get(node)
+
     @property
     def metadata_version(self) -> int:
         return self._version
 
     def __hash__(self) -> int:
-        return hash((self.nodes, frozenset(self.partitions.items())))
+        return hash(
+            (
+                self.nodes,
+                frozenset(self.partitions.items()),
+                frozenset(self.racks.items()),
+                self.client_rack,
+            )
+        )

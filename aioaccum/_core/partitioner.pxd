@@ -6,6 +6,8 @@ cdef class _TopicState:
     cdef public long long produced
     cdef public object queue_sizes
     cdef public frozenset excluded
+    cdef public tuple in_rack
+    cdef public object rack_seen
 
 
 cdef class BuiltInPartitioner:

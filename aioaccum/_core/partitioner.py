@@ -20,6 +20,14 @@ partition has queued, and the draw favours short queues: a partition's weight is
 receives less new data. It may also exclude partitions whose leader has had data waiting without
 being drained for longer than ``partitioner_availability_timeout_ms``.
 
+With rack-aware partitioning (KIP-1123: ``partitioner_rack_aware`` with ``client_rack``, which
+the cluster view reports as :attr:`~aioaccum._core.cluster.ClusterView.client_rack`), the draw
+keeps to the partitions whose leader declares the client's rack, when any of the candidates has
+one; otherwise it falls back on all the candidates, so records never wait for a rack that has
+no leader. Racks only narrow the candidates: the load weights and exclusions above apply within
+them, as in Kafka's ``BuiltInPartitioner``. Keyed records, explicit partitions and custom
+partitioners ignore racks.
+
 Unlike Kafka, the next partition is drawn lazily, on the first :meth:`BuiltInPartitioner.partition`
 call after the switch, because that call carries the freshest cluster view. The result is the
 same draw from the same distribution.
@@ -34,7 +42,7 @@ import struct
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeAlias
 
-from aioaccum._core.cluster import ClusterView
+from aioaccum._core.cluster import ClusterView, TopicPartition
 from aioaccum.errors import ConfigError
 
 __all__ = [
@@ -195,13 +203,17 @@ _NOTHING_EXCLUDED: frozenset[int] = frozenset()
 
 
 class _TopicState:
-    __slots__ = ("excluded", "partition", "produced", "queue_sizes")
+    __slots__ = ("excluded", "in_rack", "partition", "produced", "queue_sizes", "rack_seen")
 
     def __init__(self) -> None:
         self.partition: int | None = None
         self.produced = 0
         self.queue_sizes: Mapping[int, int] | None = None
         self.excluded: frozenset[int] = frozenset()
+        # The available partitions led in the client's rack, and the (metadata version, rack)
+        # they were found for: found again only when leaders may have moved.
+        self.in_rack: tuple[int, ...] = ()
+        self.rack_seen: tuple[int, str] | None = None
 
     def set_load(self, queue_sizes: Mapping[int, int] | None, excluded: Collection[int]) -> None:
         if excluded and queue_sizes is not None:
@@ -379,12 +391,38 @@ class BuiltInPartitioner:
                     f"no partitions known for topic {topic!r}; fetch its metadata first"
                 )
             return everything[self._rng.randrange(len(everything))]
+        rack = cluster.client_rack
         sizes = state.queue_sizes
         if sizes is None:
+            if rack is not None:
+                available = _in_rack(topic, state, available, rack, cluster) or available
             return available[self._rng.randrange(len(available))]
         candidates = [p for p in available if p not in state.excluded] or list(available)
+        if rack is not None:
+            in_rack = set(_in_rack(topic, state, available, rack, cluster))
+            candidates = [p for p in candidates if p in in_rack] or candidates
         loads = [sizes.get(p, 0) for p in candidates]
         top = max(loads) + 1
         cumulative = list(itertools.accumulate(top - load for load in loads))
         pick = self._rng.randrange(cumulative[-1])
         return candidates[bisect.bisect_right(cumulative, pick)]
+
+
+def _in_rack(
+    topic: str, state: _TopicState, available: Sequence[int], rack: str, cluster: ClusterView
+) -> tuple[int, ...]:
+    """The ``available`` partitions of ``topic`` whose leader is in ``rack``, in their order.
+
+    Found once per metadata version and kept in ``state``: a sticky switch then looks up no
+    leader and no rack, only when leaders may have moved.
+    """
+    seen = (cluster.metadata_version, rack)
+    if state.rack_seen != seen:
+        found = []
+        for p in available:
+            leader = cluster.leader_for(TopicPartition(topic, p))
+            if leader is not None and cluster.rack_of(leader) == rack:
+                found.append(p)
+        state.in_rack = tuple(found)
+        state.rack_seen = seen
+    return state.in_rack

@@ -74,6 +74,11 @@ class KafkaAdapter(Protocol):
 
     def partitions_for_node(self, node: int) -> Sequence[TopicPartition]: ...
 
+    def rack_of(self, node: int) -> str | None: ...
+
+    @property
+    def client_rack(self) -> str | None: ...
+
     @property
     def metadata_version(self) -> int: ...
 
@@ -353,6 +358,19 @@ class AioKafkaAdapter:
             parts = sorted(TopicPartition(tp.topic, tp.partition) for tp in found)
             self._node_partitions[node] = parts
         return parts
+
+    def rack_of(self, node: int) -> str | None:
+        # Brokers' racks come with every metadata answer (MetadataResponse v1 and later).
+        broker = self.client.cluster.broker_metadata(node)
+        rack = None if broker is None else broker.rack
+        return rack if isinstance(rack, str) else None
+
+    @property
+    def client_rack(self) -> str | None:
+        # The partitioner is made before the connection; the view carries the client's rack
+        # to it beside the brokers' (ProducerConfig already refused rack awareness without one).
+        cfg = self._config
+        return cfg.client_rack if cfg.partitioner_rack_aware else None
 
     @property
     def metadata_version(self) -> int:

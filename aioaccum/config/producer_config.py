@@ -125,6 +125,7 @@ class ProducerConfig:
     # the import fails if the two disagree.
     bootstrap_servers: str | Sequence[str] = _ROW_DEFAULT
     client_id: str = _ROW_DEFAULT
+    client_rack: str = _ROW_DEFAULT
     acks: int = _ROW_DEFAULT
     enable_idempotence: bool = _ROW_DEFAULT
     transactional_id: str | None = _ROW_DEFAULT
@@ -133,6 +134,7 @@ class ProducerConfig:
     batch_size: int = _ROW_DEFAULT
     linger_ms: int = _ROW_DEFAULT
     buffer_memory: int = _ROW_DEFAULT
+    buffer_memory_allocation_strategy: str = _ROW_DEFAULT
     max_block_ms: int = _ROW_DEFAULT
     max_request_size: int = _ROW_DEFAULT
     compression_type: str = _ROW_DEFAULT
@@ -144,6 +146,7 @@ class ProducerConfig:
     max_in_flight_requests_per_connection: int = _ROW_DEFAULT
     metadata_max_age_ms: int = _ROW_DEFAULT
     metadata_max_idle_ms: int = _ROW_DEFAULT
+    metadata_cluster_check_enable: bool = _ROW_DEFAULT
     connections_max_idle_ms: int = _ROW_DEFAULT
     metrics_sample_window_ms: int = _ROW_DEFAULT
     metrics_num_samples: int = _ROW_DEFAULT
@@ -154,6 +157,7 @@ class ProducerConfig:
     partitioner_ignore_keys: bool = _ROW_DEFAULT
     partitioner_adaptive_partitioning_enable: bool = _ROW_DEFAULT
     partitioner_availability_timeout_ms: int = _ROW_DEFAULT
+    partitioner_rack_aware: bool = _ROW_DEFAULT
     key_serializer: Serializer | None = _ROW_DEFAULT
     value_serializer: Serializer | None = _ROW_DEFAULT
     interceptors: Sequence[ProducerInterceptor] = _ROW_DEFAULT
@@ -326,7 +330,14 @@ class _Rules:
         ensure_codec_available(CompressionType.from_name(v["compression_type"]))
         self.security(v)
         self.opentelemetry(v, explicit)
+        self.partitioning(v)
         n = self.name
+        if v["buffer_memory_allocation_strategy"] == "incremental":
+            raise ConfigError(
+                f"{n('buffer_memory_allocation_strategy')}='incremental' is not available yet: "
+                "batches still take batch_size bytes of buffer_memory each (KIP-1332's "
+                "incremental allocation is being built); use 'full', the default"
+            )
         if v["batch_size"] > v["buffer_memory"]:
             raise ConfigError(
                 f"{n('batch_size')}={v['batch_size']} is larger than "
@@ -352,6 +363,16 @@ class _Rules:
             # acks or retries is an error even when idempotence was left at its default.
             chosen = "enable_idempotence" in explicit or v["transactional_id"] is not None
             self.idempotence(v, chosen)
+
+    def partitioning(self, v: dict[str, Any]) -> None:
+        # Java's rule (RecordAccumulator.PartitionerConfig): rack awareness without a rack
+        # would silently mean nothing.
+        if v["partitioner_rack_aware"] and not v["client_rack"].strip():
+            n = self.name
+            raise ConfigError(
+                f"{n('partitioner_rack_aware')} needs {n('client_rack')}: set client_rack to "
+                "the rack (broker.rack) this client runs in, or turn partitioner_rack_aware off"
+            )
 
     def opentelemetry(self, v: dict[str, Any], explicit: set[str]) -> None:
         n = self.name

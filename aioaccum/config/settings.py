@@ -46,6 +46,7 @@ MAX_IN_FLIGHT_FOR_IDEMPOTENCE = 5
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+ALLOCATION_STRATEGIES = ("full", "incremental")
 # Java's bounds per codec, and the extra value each accepts as "the codec's own default".
 LEVELS: dict[str, tuple[int, int, int]] = {
     "gzip": (1, 9, -1),
@@ -68,6 +69,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Brokers to bootstrap from; a comma-separated string is split; stored as a tuple"),
     Setting("client_id", "client.id", Str(), "aioaccum",
             "Names this client in broker logs and quotas"),
+    Setting("client_rack", "client.rack", Str(), "",
+            "Where this client runs, as the brokers' broker.rack names it (see "
+            "partitioner_rack_aware)"),
     Setting("acks", "acks", Acks(), -1,
             "Acknowledgements a write needs; stored as the int -1 ('all'), 0 or 1"),
     Setting("enable_idempotence", "enable.idempotence", _BOOL, True,
@@ -84,6 +88,10 @@ SETTINGS: tuple[Setting, ...] = (
             "How long a batch waits for more records before it is sent"),
     Setting("buffer_memory", "buffer.memory", Int(1), 33554432,
             "Total bytes of records waiting to be sent"),
+    Setting("buffer_memory_allocation_strategy", "buffer.memory.allocation.strategy",
+            Choice(ALLOCATION_STRATEGIES, upper=False), "full",
+            "How batches take buffer_memory: 'full' holds batch_size per open batch; "
+            "'incremental' (KIP-1332) is not available yet"),
     Setting("max_block_ms", "max.block.ms", _LONG, 60000,
             "How long send() may wait for buffer memory or metadata"),
     Setting("max_request_size", "max.request.size", Int(1, INT_MAX), 1048576,
@@ -109,6 +117,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Refresh metadata at least this often"),
     Setting("metadata_max_idle_ms", "metadata.max.idle.ms", Int(5000), 300000,
             "Forget a topic not produced to for this long"),
+    Setting("metadata_cluster_check_enable", "metadata.cluster.check.enable", _BOOL, True,
+            "Accepted and ignored: Java ignores it without re-bootstrapping, which aioaccum "
+            "never does"),
     Setting("connections_max_idle_ms", "connections.max.idle.ms", _LONG, 540000,
             "Close connections idle for this long"),
     Setting("metrics_sample_window_ms", "metrics.sample.window.ms", Int(1), 30000,
@@ -131,6 +142,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Send more to partitions that drain faster"),
     Setting("partitioner_availability_timeout_ms", "partitioner.availability.timeout.ms", _LONG,
             0, "Avoid partitions whose leader has not accepted a request for this long (0: never)"),
+    Setting("partitioner_rack_aware", "partitioner.rack.aware", _BOOL, False,
+            "Keyless records prefer partitions led in client_rack (KIP-1123); needs client_rack"),
     Setting("key_serializer", "key.serializer", Function("Serializer | None"), None,
             "Turns keys into bytes; None means keys are bytes already"),
     Setting("value_serializer", "value.serializer", Function("Serializer | None"), None,
@@ -174,6 +187,10 @@ _TWO_PHASE = (
     "commits a prepared transaction from another process"
 )
 _CONNECTIONS = "connection set-up is left to the connection layer and not configurable"
+_BROKER_VALIDATION = (
+    "it relaxes how a broker validates OAUTHBEARER tokens, and a producer validates none; "
+    "remove it (aioaccum's OAUTHBEARER takes tokens from sasl_oauth_token_provider)"
+)
 _UNSUPPORTED = {
     "transaction.two.phase.commit.enable": _TWO_PHASE,
     "interceptor.classes": (
@@ -181,6 +198,12 @@ _UNSUPPORTED = {
         "(see aioaccum.interceptors.ProducerInterceptor)"
     ),
     "client.dns.lookup": "host names are resolved by asyncio",
+    "bootstrap.resolve.timeout.ms": (
+        "bootstrap host names are resolved by asyncio when the producer starts, and a name "
+        "that does not resolve fails start(); remove it"
+    ),
+    "sasl.oauthbearer.allow.unverified.audience": _BROKER_VALIDATION,
+    "sasl.oauthbearer.allow.unverified.issuer": _BROKER_VALIDATION,
     "reconnect.backoff.ms": _CONNECTIONS,
     "reconnect.backoff.max.ms": _CONNECTIONS,
     "socket.connection.setup.timeout.ms": _CONNECTIONS,

@@ -112,6 +112,16 @@ class Table:
         if len(self.by_name) != len(self.rows) or set(self.aliases.values()) - set(self.names):
             raise TypeError("a settings table needs unique names, and aliases of its names")
 
+    @property
+    def refused(self) -> Mapping[str, str]:
+        """The names known but deliberately not supported, each with the reason."""
+        return dict(self._refused)
+
+    @property
+    def refused_prefixes(self) -> tuple[tuple[str, str], ...]:
+        """The same for whole families of names: (prefix, reason)."""
+        return self._refused_prefixes
+
     def name_of(self, label: str) -> str | None:
         """The setting that ``label`` names, by its Python name or its key."""
         return label if label in self.by_name else self.key_to_name.get(label)

@@ -42,6 +42,13 @@ class CountingCluster:
     def partitions_for_node(self, node: int) -> Sequence[TopicPartition]:
         return self.cluster.partitions_for_node(node)
 
+    def rack_of(self, node: int) -> str | None:
+        return self.cluster.rack_of(node)
+
+    @property
+    def client_rack(self) -> str | None:
+        return self.cluster.client_rack
+
     @property
     def metadata_version(self) -> int:
         return self.cluster.metadata_version

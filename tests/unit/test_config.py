@@ -7,6 +7,7 @@ import inspect
 import logging
 import ssl
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from aioaccum.config.producer_config import (
     NoJavaName,
     ProducerConfig,
 )
+from aioaccum.config.settings import PRODUCER
 from aioaccum.errors import ConfigError
 
 # Kafka 4.x ProducerConfig defaults, by Java name.
@@ -44,6 +46,10 @@ JAVA_DEFAULTS: dict[str, object] = {
     "partitioner.adaptive.partitioning.enable": True,
     "partitioner.availability.timeout.ms": 0,
     "security.protocol": "PLAINTEXT",
+    "client.rack": "",
+    "partitioner.rack.aware": False,
+    "buffer.memory.allocation.strategy": "full",
+    "metadata.cluster.check.enable": True,
 }
 
 SECRET = "s3cr3t-Pa55"
@@ -332,6 +338,71 @@ def test_unsupported_java_settings_say_so(properties: dict[str, Any], reason: st
     text = property_error(properties)
     assert text.startswith(f"setting {name!r} is not supported: ")
     assert reason in text
+
+
+JAVA_4_4_SETTINGS = [
+    line
+    for line in (Path(__file__).with_name("java_producer_settings_4_4.txt")).read_text().split("\n")
+    if line and not line.startswith("#")
+]
+# Read by from_properties into ssl_context, not a row each.
+SSL_PROPERTIES = {
+    "ssl.truststore.location",
+    "ssl.truststore.certificates",
+    "ssl.truststore.type",
+    "ssl.endpoint.identification.algorithm",
+}
+
+
+@pytest.mark.parametrize("java", JAVA_4_4_SETTINGS)
+def test_every_java_4_4_setting_is_taken_or_refused_with_a_reason(java: str) -> None:
+    if java in JAVA_TO_PYTHON or java in SSL_PROPERTIES:
+        return
+    reason = PRODUCER.refusal(java)
+    assert reason is not None, f"{java} is neither a setting nor refused with a reason"
+    assert property_error({java: "x"}) == f"setting {java!r} is not supported: {reason}"
+
+
+def test_the_list_of_java_settings_is_kafka_4_4s() -> None:
+    assert len(JAVA_4_4_SETTINGS) == 120
+    assert {"client.rack", "partitioner.rack.aware", "buffer.memory.allocation.strategy"} <= set(
+        JAVA_4_4_SETTINGS
+    )
+
+
+def test_rack_aware_partitioning_needs_a_rack() -> None:
+    assert property_error({"partitioner.rack.aware": "true"}).startswith(
+        "partitioner.rack.aware needs client_rack: set client_rack to the rack (broker.rack)"
+    )
+    assert error_of(partitioner_rack_aware=True, client_rack="  ").startswith(
+        "partitioner_rack_aware needs client_rack"
+    )
+    config = ProducerConfig.from_properties(
+        {"partitioner.rack.aware": "true", "client.rack": "use1-az1"}
+    )
+    assert (config.partitioner_rack_aware, config.client_rack) == (True, "use1-az1")
+    # Java takes a rack without rack awareness too (consumers read it; producers keep it).
+    assert ProducerConfig(client_rack="use1-az1").partitioner_rack_aware is False
+
+
+def test_incremental_allocation_is_refused_until_it_exists() -> None:
+    text = property_error({"buffer.memory.allocation.strategy": "Incremental"})
+    assert text.startswith(
+        "buffer.memory.allocation.strategy='incremental' is not available yet"
+    )
+    assert "use 'full', the default" in text
+    assert ProducerConfig.from_properties(
+        {"buffer.memory.allocation.strategy": "FULL"}
+    ).buffer_memory_allocation_strategy == "full"
+    assert error_of(buffer_memory_allocation_strategy="chunked").startswith(
+        "buffer_memory_allocation_strategy must be one of full, incremental; got 'chunked'"
+    )
+
+
+def test_metadata_cluster_check_is_accepted_and_changes_nothing() -> None:
+    config = ProducerConfig.from_properties({"metadata.cluster.check.enable": "false"})
+    assert config.metadata_cluster_check_enable is False
+    assert config.explicit_settings == {"metadata_cluster_check_enable"}
 
 
 def test_unsupported_settings_are_recognised_by_pythonic_name_too() -> None:
