@@ -28,6 +28,7 @@ bounds every phase of a request with one ``ClientTimeout``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import ssl
 import time
@@ -149,7 +150,8 @@ class SchemaRegistryClient:
             parts = parts._replace(netloc=netloc)
         self.url = urllib.parse.urlunsplit(parts).rstrip("/")
         self.timeout = timeout
-        self._auth = None if basic_auth is None else aiohttp.BasicAuth(*basic_auth)
+        # The header itself: aiohttp's BasicAuth helper is deprecated as of aiohttp 3.14.
+        self._auth = None if basic_auth is None else _basic_auth_header(*basic_auth)
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         # Answers that never change, and the requests in flight for them (see the docstring).
         self._cache: dict[tuple[Any, ...], Any] = {}
@@ -328,6 +330,14 @@ class SchemaRegistryClient:
                     subject=subject,
                     registry_message="timed out",
                 ) from None
+            except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
+                # A certificate that does not verify, or a server that does not speak TLS:
+                # asking again cannot help (Kafka's side calls this an AuthenticationError).
+                raise RegistryAuthenticationError(
+                    f"the TLS handshake with the schema registry at {self.url} failed for "
+                    f"{what}: {exc}",
+                    subject=subject, registry_message=str(exc),
+                ) from exc
             except (aiohttp.ClientError, OSError) as exc:
                 status, text = None, f"{type(exc).__name__}: {exc}"
             if status is not None and status < 300:
@@ -361,12 +371,14 @@ class SchemaRegistryClient:
     ) -> tuple[int, str]:
         self.requests_sent += 1
         headers = {"Accept": CONTENT_TYPE}
+        if self._auth is not None:
+            headers["Authorization"] = self._auth
         data = None
         if body is not None:
             headers["Content-Type"] = CONTENT_TYPE
             data = json.dumps(body).encode()
         async with (
-            aiohttp.ClientSession(auth=self._auth) as session,
+            aiohttp.ClientSession() as session,
             session.request(
                 method, self.url + path, params=query, data=data, headers=headers, ssl=self._ssl
             ) as response,
@@ -401,6 +413,10 @@ class SchemaRegistryClient:
             f"the schema registry at {self.url} answered {what} with {status} ({code}{message})",
             subject=subject, status=status, error_code=error_code, registry_message=message,
         )
+
+
+def _basic_auth_header(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
 def _consume(task: asyncio.Task[Any]) -> None:
