@@ -4,6 +4,7 @@ the send path before ``prepare()``, the client's URL handling and its bounded wa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pickle
 import socket
 import time
@@ -207,9 +208,10 @@ async def test_an_unreachable_registry_fails_within_the_timeout() -> None:
 
 async def test_a_registry_that_never_answers_times_out() -> None:
     # A listening socket that accepts and never answers: the client's deadline ends it.
+    accepted: list[asyncio.StreamWriter] = []
+
     async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read()  # until the client gives up and closes
-        writer.close()
+        accepted.append(writer)
 
     server = await asyncio.start_server(hold, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -217,6 +219,11 @@ async def test_a_registry_that_never_answers_times_out() -> None:
         client = SchemaRegistryClient(f"http://127.0.0.1:{port}", timeout=0.3)
         with pytest.raises(TimeoutError, match=r"did not answer GET /subjects within 0\.3s"):
             await client.get_subjects()
+        assert accepted  # it did connect: the wait was for an answer
     finally:
         server.close()
+        for writer in accepted:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
         await server.wait_closed()
