@@ -23,6 +23,12 @@ Kafka
                            before is restored after the test. It needs the cluster of
                            scripts/kafka: an AIOACCUM_BOOTSTRAP cluster fails it.
 
+    ``schema_registry_url`` the Confluent-compatible base URL of the session's schema
+                           registry: ``AIOACCUM_SCHEMA_REGISTRY_URL`` when set, otherwise
+                           ``scripts/registry up`` starts Apicurio Registry on 127.0.0.1 (or
+                           finds it running) under a lease for this session, like the cluster.
+                           A registry that cannot start fails the test; it is never a skip.
+
     ``@pytest.mark.three_brokers`` implies ``kafka`` and fails a test when the cluster has
     fewer than 3 brokers.
 
@@ -61,6 +67,9 @@ from faults.cluster import ClusterControlError, security_listener
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SCRIPT = REPO_ROOT / "scripts" / "kafka"
+REGISTRY_SCRIPT = REPO_ROOT / "scripts" / "registry"
+# A first run downloads ~160 MB through Maven, then the script waits up to 120 s for the API.
+REGISTRY_START_TIMEOUT_S = 400.0
 CLUSTER_BROKERS = 3
 # Covers a first run that downloads the jars plus the script's own 120 s readiness wait.
 CLUSTER_START_TIMEOUT_S = 400.0
@@ -193,6 +202,47 @@ def _kafka_marker_gate(request: pytest.FixtureRequest) -> None:
             pytest.fail(f"needs {CLUSTER_BROKERS} brokers, the cluster has {count}")
     elif node.get_closest_marker("kafka") is not None:
         request.getfixturevalue("kafka_bootstrap")
+
+
+# --- the schema registry --------------------------------------------------------------------
+
+
+def _registry_script(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(REGISTRY_SCRIPT), *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url() -> Iterator[str]:
+    """Base URL of the session's schema registry (see the module docstring)."""
+    external = os.environ.get("AIOACCUM_SCHEMA_REGISTRY_URL")
+    if external:
+        yield external
+        return
+    lease = str(os.getpid())
+    try:
+        up = _registry_script("up", "--lease", lease, timeout=REGISTRY_START_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        _registry_script("release", lease, timeout=60)
+        pytest.fail(f"scripts/registry up hung for {exc.timeout}s", pytrace=False)
+    if up.returncode != 0:
+        _registry_script("release", lease, timeout=60)
+        pytest.fail(
+            f"scripts/registry up failed (exit {up.returncode}):\n{up.stdout}{up.stderr}",
+            pytrace=False,
+        )
+    try:
+        yield up.stdout.strip().splitlines()[-1]
+    finally:
+        released = _registry_script("release", lease, timeout=60)
+        if released.returncode != 0:
+            print(f"scripts/registry release failed:\n{released.stderr}", file=sys.stderr)
 
 
 # --- topics --------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "aioaccum.compat",
             "aioaccum.spark",
             "aioaccum.serve",
+            "aioaccum.schemas",
             "aioaccum.cli",
         ),
     ),
