@@ -170,8 +170,7 @@ class Broker:
             else ["--add-config", f"producer_byte_rate={bytes_per_s}"]
         )
         done = kafka_script(
-            "java-class",
-            "kafka.admin.ConfigCommand",
+            "configs",
             "--bootstrap-server",
             self.bootstrap,
             "--alter",

@@ -156,32 +156,37 @@ async def test_bodies_held_over_the_budget_are_refused_429(
         port = int(server.base_url.rsplit(":", 1)[1])
         head = (
             f"POST /topics/{topic} HTTP/1.1\r\nHost: x\r\nContent-Type: {BINARY}\r\n"
-            "Content-Length: 40000\r\n\r\n"
+            "Content-Length: 45000\r\n\r\n"
         ).encode()
-        # Two clients that declared 40,000 bytes and sent only a part hold 80,000 of 100,000.
+        # The budget counts bytes that arrived, not bytes declared: two clients that sent
+        # 40,000 bytes of a 45,000-byte body, and then nothing, hold 80,000 of 100,000.
         slow = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-        for _, writer in slow:
-            writer.write(head + b'{"records":[')
-            await writer.drain()
-        async with aiohttp.ClientSession() as session:
-
-            async def third_refused() -> bool:
-                status, answer, headers, _ = await post(
-                    session, f"{server.base_url}/topics/{topic}", v2_body(b"x" * 25000)
-                )
-                if status == 200:
-                    return False
-                assert (status, answer["error_code"]) == (429, 42901), answer
-                assert "body.budget.bytes" in answer["message"]
-                assert headers["Retry-After"] == "1"
-                return True
-
-            await until(third_refused, "a third body over the budget refused")
+        try:
             for _, writer in slow:
+                writer.write(head + b'{"records":[' + b" " * (40_000 - 12))
+                await writer.drain()
+            async with aiohttp.ClientSession() as session:
+
+                async def third_refused() -> bool:
+                    status, answer, headers, _ = await post(
+                        session, f"{server.base_url}/topics/{topic}", v2_body(b"x" * 25000)
+                    )
+                    if status == 200:
+                        return False
+                    assert (status, answer["error_code"]) == (429, 42901), answer
+                    assert "body.budget.bytes" in answer["message"]
+                    assert headers["Retry-After"] == "1"
+                    return True
+
+                await until(third_refused, "a third body over the budget refused")
+                for _, writer in slow:
+                    writer.close()
+                # Freed: the same request goes through.
+                url = f"{server.base_url}/topics/{topic}"
+                await until(lambda: _ok(post(session, url, v2_body(b"y" * 25000))), "budget freed")
+        finally:
+            for _, writer in slow:  # closed twice on success: a no-op the second time
                 writer.close()
-            # Freed: the same request goes through.
-            url = f"{server.base_url}/topics/{topic}"
-            await until(lambda: _ok(post(session, url, v2_body(b"y" * 25000))), "budget freed")
         await server.stop()
 
 

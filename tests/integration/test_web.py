@@ -216,7 +216,7 @@ async def test_stopping_the_server_flushes_every_accepted_event(
 
 def config_command(bootstrap: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(KAFKA_SCRIPT), "java-class", "kafka.admin.ConfigCommand",
+        [sys.executable, str(KAFKA_SCRIPT), "configs",
          "--bootstrap-server", bootstrap.split(",")[0], "--entity-type", "clients", *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
