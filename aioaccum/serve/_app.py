@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -35,6 +36,9 @@ from ._errors import ErrorCode, RestError, error_response
 from ._gateway import Draining, Gateway
 from ._metrics import TopicsOf
 from ._settings import ServeSettings
+
+if TYPE_CHECKING:
+    from ._schemas import SchemaResolver
 
 __all__ = ["create_app"]
 
@@ -152,6 +156,27 @@ class GatewayCollector(Collector):
         )
 
 
+def _schema_resolver(settings: ServeSettings) -> SchemaResolver | None:
+    """The registry behind the schema formats, when schema.registry.url is set."""
+    url = settings.schema_registry_url
+    if url is None:
+        return None
+    # Imported only then: the schema formats need the schemas extra (aiohttp, fastavro ...).
+    from aioaccum.schemas.registry import SchemaRegistryClient
+
+    from ._schemas import SchemaResolver
+
+    basic_auth = None
+    user_info = settings.schema_registry_basic_auth_user_info
+    if user_info is not None and settings.schema_registry_basic_auth_credentials_source != "URL":
+        user, _, password = user_info.partition(":")
+        basic_auth = (user, password)
+    client = SchemaRegistryClient(
+        url, basic_auth=basic_auth, timeout=settings.schema_registry_timeout_ms / 1000
+    )
+    return SchemaResolver(client)
+
+
 def create_app(settings: ServeSettings) -> Starlette:
     """The gateway for one process: routes, and a lifespan that starts and stops its producer.
 
@@ -175,7 +200,9 @@ def create_app(settings: ServeSettings) -> Starlette:
             producer = await start_producer(config, None)
             failed_before = 0
             try:
-                gateway = Gateway(settings, producer, reader, auth, draining)
+                gateway = Gateway(
+                    settings, producer, reader, auth, draining, _schema_resolver(settings)
+                )
                 app.state.gateway = gateway
                 collectors = [ProducerCollector(producer), GatewayCollector(gateway)]
                 for collector in collectors:
