@@ -118,14 +118,15 @@ def test_registry_credentials_come_from_user_info_or_the_url() -> None:
     assert resolver.registry._auth == expected
     by_url = _schema_resolver(
         ServeSettings.create(
-            BOOTSTRAP, schema_registry_url="http://u:p@127.0.0.1:1",
+            BOOTSTRAP,
+            schema_registry_url="http://u:p@127.0.0.1:1",
             schema_registry_basic_auth_credentials_source="URL",
-        )  # fmt: skip
+        )
     )
     assert by_url is not None
     assert by_url.registry._auth == "Basic " + base64.b64encode(b"u:p").decode()
     assert _schema_resolver(ServeSettings.create(BOOTSTRAP)) is None
-    with pytest.raises(ConfigError, match="user.info"):
+    with pytest.raises(ConfigError, match=r"user\.info"):
         ServeSettings.create(
             BOOTSTRAP, schema_registry_url="http://h:1",
             schema_registry_basic_auth_credentials_source="USER_INFO",
