@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+import aioaccum
 from aioaccum import AioAccumError, Producer, ProducerState
 from aioaccum._kafka.cluster_view import ClusterReader
 from aioaccum.integrations._lifecycle import shutdown_producer, start_producer
@@ -35,6 +36,7 @@ from ._auth import AuthFile
 from ._errors import ErrorCode, RestError, error_response
 from ._gateway import Draining, Gateway
 from ._metrics import TopicsOf
+from ._openapi import OPENAPI_PATH, document
 from ._settings import ServeSettings
 
 if TYPE_CHECKING:
@@ -48,6 +50,11 @@ log = logging.getLogger("aioaccum.serve")
 async def healthz(request: Request) -> Response:
     # The pid tells the workers of --workers apart.
     return JSONResponse({"status": "ok", "pid": os.getpid()})
+
+
+async def openapi(request: Request) -> Response:
+    # No credentials needed: the document describes the API, nothing of the cluster.
+    return JSONResponse(request.app.state.openapi)
 
 
 async def readyz(request: Request) -> Response:
@@ -239,6 +246,7 @@ def create_app(settings: ServeSettings) -> Starlette:
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
+            Route(OPENAPI_PATH, openapi, methods=["GET"]),
             *_v2.routes(),
             *_v3.routes(),
         ],
@@ -251,4 +259,5 @@ def create_app(settings: ServeSettings) -> Starlette:
     app.state.dropped = 0
     app.state.shutdown_ran = False
     app.state.registry = registry
+    app.state.openapi = document(aioaccum.__version__)
     return app

@@ -202,6 +202,12 @@ def _data(
     data = spec.get("data")
     if kind not in _TYPES:
         raise bad_request(f"{where}.type {spec['type']!r} is not one of {', '.join(_TYPES)}")
+    given = [name for name in _SCHEMA_FIELDS if spec.get(name) is not None]
+    if given:
+        raise bad_request(
+            f"{where}: {', '.join(given)} name a schema, which type {kind} does not use; give "
+            f"type {', '.join(_SCHEMA_TYPES)} (or no type) to write with a schema"
+        )
     if data is None:
         return None, kind, None
     if kind == "BINARY":

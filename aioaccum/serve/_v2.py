@@ -187,6 +187,9 @@ async def _produce(request: Request, gateway: Gateway) -> Response:
             gateway.authorize(request.headers, topic)
             embedded = _embedded_format(request.headers.get("content-type"), gateway)
             info = await gateway.topic(topic)
+            if path_partition is not None:
+                # The path's partition must exist even when every record names its own.
+                gateway.check_partition(info, path_partition)
             # The body goes to the parser without a reference kept here (its bytes are freed
             # once its text is made); the records stay in the budget until they are in the
             # producer's buffer.

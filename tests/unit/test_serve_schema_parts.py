@@ -162,3 +162,10 @@ async def test_the_resolver_asks_once_for_concurrent_callers_and_keeps_no_failur
         with pytest.raises(ConfigError):
             await resolver._once(("bad",), fail)
     assert calls == 3
+
+
+def test_schema_fields_beside_a_plain_type_are_400() -> None:
+    with pytest.raises(RestError) as caught:
+        parse_record({"value": {"type": "JSON", "schema_version": [1], "data": 1}}, schemas=True)
+    assert (caught.value.status, caught.value.code) == (400, ErrorCode.BAD_REQUEST)
+    assert "schema_version" in str(caught.value)
