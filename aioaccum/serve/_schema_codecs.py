@@ -27,6 +27,7 @@ import pathlib
 import struct
 import sys
 import tempfile
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -49,6 +50,7 @@ Codec = Callable[[Any], bytes]
 # REST Proxy's format names (v2's content types, v3's "type") and the registry's schemaType.
 FORMATS: Final = {"AVRO": "AVRO", "PROTOBUF": "PROTOBUF", "JSONSCHEMA": "JSON"}
 _PROTOC_TIMEOUT_S: Final = 30.0
+_PROTOC_AT_ONCE: Final = 2
 # What the format libraries raise for a value that does not fit a schema.
 _MISFITS: Final = (
     ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, StopIteration,
@@ -273,8 +275,6 @@ def _well_known(names: Any) -> list[Any]:
 
 
 async def _protoc(text: str) -> list[Any]:
-    from google.protobuf import descriptor_pb2
-
     try:
         import grpc_tools
     except ImportError:
@@ -284,26 +284,47 @@ async def _protoc(text: str) -> list[Any]:
         ) from None
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     with tempfile.TemporaryDirectory(prefix="aioaccum-proto-") as folder:
-        source = pathlib.Path(folder, "schema.proto")
-        await asyncio.to_thread(source.write_text, text, "utf-8")
-        target = os.path.join(folder, "schema.pb")
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "grpc_tools.protoc", f"-I{folder}", f"-I{include}",
-            "--include_imports", f"--descriptor_set_out={target}", "schema.proto",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            async with asyncio.timeout(_PROTOC_TIMEOUT_S):
-                _, errors = await process.communicate()
-        except TimeoutError:
-            process.kill()
-            await process.wait()
-            raise ConfigError("protoc took too long to read the .proto schema") from None
-        if process.returncode != 0:
-            why = errors.decode(errors="replace").strip().replace(folder + os.sep, "")
-            if "File not found" in why or "Import " in why:
-                raise ConfigError(f"{_IMPORTS}: {why}")
-            raise ConfigError(f"not a valid .proto schema: {why}")
-        found = await asyncio.to_thread(pathlib.Path(target).read_bytes)
-        files = descriptor_pb2.FileDescriptorSet.FromString(found)
-    return list(files.file)
+        await asyncio.to_thread(pathlib.Path(folder, "schema.proto").write_text, text, "utf-8")
+        async with _protoc_slots():
+            return await _run_protoc(folder, include)
+
+
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _protoc_slots() -> asyncio.Semaphore:
+    """At most :data:`_PROTOC_AT_ONCE` protoc processes at a time (per event loop), however
+    many requests bring new .proto texts: the rest wait their turn."""
+    loop = asyncio.get_running_loop()
+    slots = _SLOTS.get(loop)
+    if slots is None:
+        slots = _SLOTS[loop] = asyncio.Semaphore(_PROTOC_AT_ONCE)
+    return slots
+
+
+async def _run_protoc(folder: str, include: str) -> list[Any]:
+    """protoc on ``folder``/schema.proto: its file descriptors, or its complaint."""
+    from google.protobuf import descriptor_pb2
+
+    target = os.path.join(folder, "schema.pb")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "grpc_tools.protoc", f"-I{folder}", f"-I{include}",
+        "--include_imports", f"--descriptor_set_out={target}", "schema.proto",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(_PROTOC_TIMEOUT_S):
+            _, errors = await process.communicate()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise ConfigError("protoc took too long to read the .proto schema") from None
+    if process.returncode != 0:
+        why = errors.decode(errors="replace").strip().replace(folder + os.sep, "")
+        if "File not found" in why or "Import " in why:
+            raise ConfigError(f"{_IMPORTS}: {why}")
+        raise ConfigError(f"not a valid .proto schema: {why}")
+    found = await asyncio.to_thread(pathlib.Path(target).read_bytes)
+    return list(descriptor_pb2.FileDescriptorSet.FromString(found).file)

@@ -64,6 +64,9 @@ log = logging.getLogger("aioaccum.serve")
 
 _T = TypeVar("_T")
 LATEST_TTL_S: Final = 60.0
+# Schema texts that did not parse, kept (the oldest dropped first) so that one sent again
+# is refused at once.
+MAX_REFUSED: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,7 @@ class SchemaResolver:
         self.registry = registry
         self._kept: dict[tuple[Any, ...], tuple[float, Any]] = {}
         self._inflight: dict[tuple[Any, ...], asyncio.Future[Any]] = {}
+        self._refused: dict[tuple[Any, ...], ConfigError] = {}
 
     async def resolve(self, spec: SchemaSpec, topic: str, field: str) -> Resolved:
         """The schema ``spec`` names for ``field`` (``"key"`` or ``"value"``) of ``topic``.
@@ -195,10 +199,23 @@ class SchemaResolver:
         return resolved
 
     async def _parsed(self, fmt: str, text: str) -> ParsedSchema:
+        key = ("parsed", fmt, text)
+        refused = self._refused.get(key)
+        if refused is not None:
+            raise refused
+
         async def parse() -> ParsedSchema:
             return await parse_schema(fmt, text)
 
-        return await self._once(("parsed", fmt, text), parse)
+        try:
+            return await self._once(key, parse)
+        except ConfigError as exc:
+            # A text that does not parse never will: the same one sent again (a client
+            # retrying, or a flood of them) costs no second parse, nor a second protoc.
+            if len(self._refused) >= MAX_REFUSED:
+                del self._refused[next(iter(self._refused))]
+            self._refused[key] = exc
+            raise
 
     async def _once(
         self,

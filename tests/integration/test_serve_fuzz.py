@@ -268,6 +268,6 @@ async def test_generated_requests_get_documented_answers_and_land_in_kafka(
     ]
     print("\n".join(summary))
     assert not report.problems, "\n".join([summary[0], *report.problems])
-    assert report.requests >= 500, summary[0]
+    assert report.requests >= 300, summary[0]
     # Some of each produce operation got through, and some were refused.
     assert len(report.written) >= 20, summary[0]

@@ -169,3 +169,12 @@ def test_schema_fields_beside_a_plain_type_are_400() -> None:
         parse_record({"value": {"type": "JSON", "schema_version": [1], "data": 1}}, schemas=True)
     assert (caught.value.status, caught.value.code) == (400, ErrorCode.BAD_REQUEST)
     assert "schema_version" in str(caught.value)
+
+
+async def test_a_schema_text_that_does_not_parse_is_refused_again_without_a_parse() -> None:
+    resolver = SchemaResolver(SchemaRegistryClient("http://127.0.0.1:1"))
+    with pytest.raises(ConfigError) as first:
+        await resolver._parsed("AVRO", '{"type": "nope"}')
+    with pytest.raises(ConfigError) as second:
+        await resolver._parsed("AVRO", '{"type": "nope"}')
+    assert second.value is first.value  # the kept refusal, not a new parse's
