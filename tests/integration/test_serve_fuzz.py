@@ -34,12 +34,19 @@ import aiohttp
 import pytest
 import requests
 import schemathesis
+from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentRegistry
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import json_format
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from ._serve import read_positions, serving
+from .test_serve_schemas import AVRO_SCHEMA, JSON_SCHEMA, PROTO_SCHEMA, Ticket
 
 if TYPE_CHECKING:
     from conftest import TopicFactory
@@ -48,8 +55,11 @@ pytestmark = [pytest.mark.kafka]
 
 # Wall-clock bound of the generated requests (the server's start and the read-back come on
 # top); each operation also has its number of examples per mode.
-FUZZ_BUDGET_S = 60.0
+FUZZ_BUDGET_S = 50.0
 PRODUCE_EXAMPLES = 150
+# Then values thrown at real schemas, in each schema format (v2), within their own budget.
+SCHEMA_BUDGET_S = 20.0
+SCHEMA_EXAMPLES = 60
 OTHER_EXAMPLES = 25
 REQUEST_TIMEOUT_S = 30.0
 _PRODUCE = ("v2Produce", "v2ProduceToPartition", "v3Produce")
@@ -69,6 +79,8 @@ class Report:
     written: dict[tuple[int, int], bytes | None] = field(default_factory=dict)
     errors: collections.Counter[int] = field(default_factory=collections.Counter)
     seconds: collections.Counter[str] = field(default_factory=collections.Counter)
+    # (partition, offset) -> (format, the JSON value sent) of records written with a schema.
+    encoded: dict[tuple[int, int], tuple[str, Any]] = field(default_factory=dict)
 
     def problem(self, case: Any, response: schemathesis.Response, why: str) -> None:
         if len(self.problems) < 50:
@@ -125,6 +137,16 @@ def _v3_expected(case: Any) -> bytes | None:
     return None
 
 
+def _known_schema(case: Any) -> str | None:
+    """The format of a request made with one of :data:`_SCHEMA_CASES`' schemas, else None."""
+    if not isinstance(case.body, dict):
+        return None
+    for fmt, (media, text, _) in _SCHEMA_CASES.items():
+        if case.media_type == media and case.body.get("value_schema") == text:
+            return fmt
+    return None
+
+
 def _observe(
     report: Report, case: Any, mode: GenerationMode, response: schemathesis.Response
 ) -> None:
@@ -135,12 +157,15 @@ def _observe(
     report.seconds[f"{operation} {case.media_type or ''}"] += response.elapsed
     if status >= 500 and status != 503:
         report.problem(case, response, "a 5xx other than 503")
+    known = _known_schema(case)
     if status >= 400:
         body = _error_body(response.text)
         if body is None:
             report.problem(case, response, "an error answer without REST Proxy's body")
         else:
             report.errors[body["error_code"]] += 1
+            if known is not None and body["error_code"] != 42203:
+                report.problem(case, response, "a value for a good schema refused otherwise")
         return
     if mode is GenerationMode.NEGATIVE:
         report.problem(case, response, "input that breaks the document was accepted")
@@ -156,7 +181,10 @@ def _observe(
         return
     for index, entry in enumerate(answers[0]["offsets"]):
         if entry["error_code"] is None and ours:
-            report.written[(entry["partition"], entry["offset"])] = _v2_expected(case, index)
+            position = (entry["partition"], entry["offset"])
+            report.written[position] = _v2_expected(case, index)
+            if known is not None:
+                report.encoded[position] = (known, case.body["records"][index]["value"])
 
 
 def _caller(
@@ -194,6 +222,51 @@ def _generate(
     run()
 
 
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=3),
+    max_leaves=8,
+)  # fmt: skip
+# Each format's schema, and values shaped like its records with any JSON in each field.
+_SCHEMA_CASES: dict[str, tuple[str, str, st.SearchStrategy[Any]]] = {
+    "AVRO": (
+        "application/vnd.kafka.avro.v2+json", AVRO_SCHEMA,
+        st.fixed_dictionaries({"page": _JSON, "ms": _JSON}, optional={"ref": _JSON}),
+    ),
+    "PROTOBUF": (
+        "application/vnd.kafka.protobuf.v2+json", PROTO_SCHEMA,
+        st.fixed_dictionaries({}, optional={"id": _JSON, "seats": _JSON, "tags": _JSON}),
+    ),
+    "JSONSCHEMA": (
+        "application/vnd.kafka.jsonschema.v2+json", JSON_SCHEMA,
+        st.fixed_dictionaries({"sensor": _JSON, "celsius": _JSON}) | _JSON,
+    ),
+}  # fmt: skip
+
+
+def _fuzz_schemas(schema: Any, base_url: str, report: Report) -> None:
+    """Values of every shape against a real schema of each format: each is written (200) or
+    refused as not fitting it (422, 42203), and a written one decodes (checked later)."""
+    operation = schema.find_operation_by_label("POST /topics/{topic}")
+    deadline = time.monotonic() + SCHEMA_BUDGET_S
+    with requests.Session() as session:
+        for media, text, values in _SCHEMA_CASES.values():
+            call = _caller(report, GenerationMode.POSITIVE, base_url, session, deadline)
+
+            def send(records: list[Any], media: str = media, text: str = text,
+                     call: Callable[[Any], None] = call) -> None:
+                case = operation.Case(
+                    path_parameters={"topic": report.topic}, media_type=media,
+                    body={"value_schema": text, "records": [{"value": v} for v in records]},
+                )
+                call(case)
+
+            _generate(st.lists(values, min_size=1, max_size=3), SCHEMA_EXAMPLES, send,
+                      report.seed)
+
+
 def _fuzz(
     document: dict[str, Any], base_url: str, topic: str, cluster_id: str, run_seed: int
 ) -> Report:
@@ -222,7 +295,33 @@ def _fuzz(
                     # A negative case for an operation with nothing to break (no parameters,
                     # no body): nothing to send.
                     report.statuses[f"{operation.label} {mode.value} nothing to generate"] += 1
+        _fuzz_schemas(schema, base_url, report)
     return report
+
+
+def _check_decoded(
+    report: Report, found: dict[tuple[int, int], Any], registry_url: str, topic: str
+) -> None:
+    """Records written with a schema decode, with confluent-kafka's deserializers, to the value
+    sent (Avro's JSON encoding of a union aside)."""
+    context = SerializationContext(topic, MessageField.VALUE)
+    with ConfluentRegistry({"url": registry_url}) as registry:
+        decoders = {
+            "AVRO": AvroDeserializer(registry),
+            "PROTOBUF": ProtobufDeserializer(Ticket, {"use.deprecated.format": False}),
+            "JSONSCHEMA": JSONDeserializer(JSON_SCHEMA, schema_registry_client=registry),
+        }
+        for position, (fmt, sent) in report.encoded.items():
+            decoded = decoders[fmt](found[position].value, context)
+            if fmt == "JSONSCHEMA" and decoded != sent:
+                report.problems.append(f"{position}: {decoded!r} decoded, {sent!r} sent")
+            if fmt == "AVRO" and decoded["page"] != sent["page"]:
+                report.problems.append(f"{position}: {decoded!r} decoded, {sent!r} sent")
+            as_dict = json_format.MessageToDict
+            if fmt == "PROTOBUF" and as_dict(decoded) != as_dict(
+                json_format.ParseDict(sent, Ticket())
+            ):
+                report.problems.append(f"{position}: {decoded!r} decoded, {sent!r} sent")
 
 
 async def test_generated_requests_get_documented_answers_and_land_in_kafka(
@@ -256,11 +355,12 @@ async def test_generated_requests_get_documented_answers_and_land_in_kafka(
             report.problems.append(
                 f"{position} holds {found[position].value!r}, not the {expected!r} sent"
             )
+    _check_decoded(report, found, schema_registry_url, topic)
     summary = [
         f"seed {run_seed}: {report.requests} generated requests in {fuzzed:.0f} s "
         f"({report.skipped} generated "
         f"after the budget, not sent); {len(report.written)} records acknowledged and found "
-        "in Kafka",
+        f"in Kafka ({len(report.encoded)} with a schema, decoded)",
         "error codes: " + ", ".join(f"{c}x{n}" for c, n in sorted(report.errors.items())),
         "seconds answering: "
         + ", ".join(f"{k} {v:.1f}" for k, v in report.seconds.most_common(5)),
