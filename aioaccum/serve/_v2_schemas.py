@@ -43,13 +43,16 @@ def schema_format(media: str) -> str | None:
 def _spec(fields: dict[str, object], field: str, fmt: str) -> SchemaSpec | None:
     schema = fields.get(f"{field}_schema")
     schema_id = fields.get(f"{field}_schema_id")
+    # Both checked, whichever is used: a malformed field is refused, not ignored.
+    if schema_id is not None and (
+        type(schema_id) is not int or not 0 <= schema_id <= 0xFFFFFFFF
+    ):
+        raise invalid_payload(f"{field}_schema_id must be a schema id (an integer >= 0)")
+    if schema is not None and not isinstance(schema, str):
+        raise invalid_payload(f"{field}_schema must be the schema's text, a string")
     if schema_id is not None:
-        if type(schema_id) is not int or not 0 <= schema_id <= 0xFFFFFFFF:
-            raise invalid_payload(f"{field}_schema_id must be a schema id (an integer >= 0)")
         return SchemaSpec(fmt, schema_id=schema_id)
     if schema is not None:
-        if not isinstance(schema, str):
-            raise invalid_payload(f"{field}_schema must be the schema's text, a string")
         return SchemaSpec(fmt, schema=schema)
     return None
 

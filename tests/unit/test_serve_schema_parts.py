@@ -178,3 +178,21 @@ async def test_a_schema_text_that_does_not_parse_is_refused_again_without_a_pars
     with pytest.raises(ConfigError) as second:
         await resolver._parsed("AVRO", '{"type": "nope"}')
     assert second.value is first.value  # the kept refusal, not a new parse's
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"value_schema": 0, "value_schema_id": 1},
+        {"value_schema": "x", "value_schema_id": "1"},
+        {"key_schema": False},
+        {"key_schema_id": -1},
+    ],
+)
+def test_v2_schema_fields_are_checked_whichever_is_used(fields: dict[str, object]) -> None:
+    from aioaccum.serve._v2_schemas import _spec
+
+    with pytest.raises(RestError) as caught:
+        for field in ("key", "value"):
+            _spec(fields, field, "AVRO")
+    assert (caught.value.status, caught.value.code) == (422, ErrorCode.INVALID_PAYLOAD)
