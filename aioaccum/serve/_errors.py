@@ -22,7 +22,9 @@ retriable ``BrokerError``                  503     50003       retry later
                                                                were refused by the cluster
 ``ProducerClosedError`` (shutting down)    503     50302       retry on another instance
 ``ConfigError`` (e.g. a timestamp the      422     42201       the record is invalid: fix it
-producer refuses)
+producer refuses), a broker's
+INVALID_TIMESTAMP, INVALID_RECORD or
+CORRUPT_MESSAGE
 anything else                              500     50002       a Kafka error, not retriable
 =========================================  ======  ==========  =============================
 
@@ -165,6 +167,11 @@ def buffer_full(buffer_memory: int, waited_ms: int) -> RestError:
     )
 
 
+# Kafka's error codes that refuse a record for its content: CORRUPT_MESSAGE (2),
+# INVALID_TIMESTAMP (32), INVALID_RECORD (87).
+_RECORD_REFUSALS = frozenset({2, 32, 87})
+
+
 def rest_error_for(exc: AioAccumError) -> RestError:
     """The HTTP answer for an error of the producer's (see the module's table)."""
     if isinstance(exc, RestError):
@@ -182,6 +189,10 @@ def rest_error_for(exc: AioAccumError) -> RestError:
         )
     if isinstance(exc, TopicAuthorizationError):
         return RestError(403, ErrorCode.KAFKA_AUTHORIZATION, text)
+    if isinstance(exc, BrokerError) and exc.errno in _RECORD_REFUSALS:
+        # The broker refused the record for what the request put in it (a timestamp out of
+        # the topic's range, no key on a compacted topic ...): the client's to fix.
+        return RestError(422, ErrorCode.INVALID_RECORD, f"the record is invalid: {text}")
     if isinstance(exc, BrokerError) and exc.retriable:
         return RestError(503, ErrorCode.KAFKA_RETRIABLE, text, retry_after=RETRY_AFTER_OUTAGE_S)
     if isinstance(exc, AuthenticationError):

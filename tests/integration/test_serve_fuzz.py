@@ -55,10 +55,10 @@ pytestmark = [pytest.mark.kafka]
 
 # Wall-clock bound of the generated requests (the server's start and the read-back come on
 # top); each operation also has its number of examples per mode.
-FUZZ_BUDGET_S = 50.0
+FUZZ_BUDGET_S = 45.0
 PRODUCE_EXAMPLES = 150
 # Then values thrown at real schemas, in each schema format (v2), within their own budget.
-SCHEMA_BUDGET_S = 20.0
+SCHEMA_BUDGET_S = 15.0
 SCHEMA_EXAMPLES = 60
 OTHER_EXAMPLES = 25
 REQUEST_TIMEOUT_S = 30.0

@@ -196,3 +196,13 @@ def test_v2_schema_fields_are_checked_whichever_is_used(fields: dict[str, object
         for field in ("key", "value"):
             _spec(fields, field, "AVRO")
     assert (caught.value.status, caught.value.code) == (422, ErrorCode.INVALID_PAYLOAD)
+
+
+def test_a_record_the_broker_refuses_for_its_content_is_422_not_500() -> None:
+    from aioaccum.errors import BrokerError
+    from aioaccum.serve._errors import rest_error_for
+
+    refused = rest_error_for(BrokerError("INVALID_TIMESTAMP", errno=32))
+    assert (refused.status, refused.code) == (422, ErrorCode.INVALID_RECORD)
+    other = rest_error_for(BrokerError("UNKNOWN_SERVER_ERROR", errno=-1))
+    assert (other.status, other.code) == (500, ErrorCode.KAFKA_ERROR)
