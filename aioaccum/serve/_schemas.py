@@ -7,11 +7,13 @@ subject and version for the answer, and the encoder of the records.
 
 Theory of operation
     Each way of naming a schema is a cache key (the text with its subject, the id, the subject
-    with its version), kept for the life of the process: the registry is asked the first time
-    a schema is named, and never again for it, so a record costs its encoding only. Requests
+    with its version), kept for the life of the process (up to :data:`MAX_KEPT` of them, the
+    oldest dropped first): the registry is asked the first time a schema is named, and never
+    again for it, so a record costs its encoding only. Requests
     naming the same schema at once wait for one resolution. "Latest" is the exception: it is
     kept for :data:`LATEST_TTL_S` seconds, then asked again, so that a new version is picked up.
-    A failure is not kept.
+    A registry's failure is not kept; a schema text that does not parse is (up to
+    :data:`MAX_REFUSED`), and refused at once when it comes again.
 
 Registry failures become REST Proxy's answers (:func:`schema_error`): an unknown id, subject or
 version 404 (40403), a schema the registry or the format refuses 422 (42205), one the subject's
@@ -52,6 +54,7 @@ from ._schema_codecs import (
 
 __all__ = [
     "LATEST_TTL_S",
+    "MAX_KEPT",
     "STRATEGIES",
     "Resolved",
     "SchemaResolver",
@@ -67,6 +70,8 @@ LATEST_TTL_S: Final = 60.0
 # Schema texts that did not parse, kept (the oldest dropped first) so that one sent again
 # is refused at once.
 MAX_REFUSED: Final = 1024
+# Resolutions kept at most (every way of naming a schema is one).
+MAX_KEPT: Final = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +243,10 @@ class SchemaResolver:
             def done(future: asyncio.Future[Any]) -> None:
                 self._inflight.pop(key, None)
                 if not future.cancelled() and future.exception() is None:
+                    if len(self._kept) >= MAX_KEPT:
+                        # Clients choose the schemas: what is kept has a bound, the oldest
+                        # resolution going first (asked again if named again).
+                        del self._kept[next(iter(self._kept))]
                     self._kept[key] = (time.monotonic(), future.result())
 
             pending.add_done_callback(done)

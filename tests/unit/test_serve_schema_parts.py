@@ -209,3 +209,17 @@ def test_a_record_the_broker_refuses_for_its_content_is_422_not_500() -> None:
     assert (refused.status, refused.code) == (422, ErrorCode.INVALID_RECORD)
     other = rest_error_for(BrokerError("UNKNOWN_SERVER_ERROR", errno=-1))
     assert (other.status, other.code) == (500, ErrorCode.KAFKA_ERROR)
+
+
+async def test_what_the_resolver_keeps_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import aioaccum.serve._schemas as schemas
+
+    monkeypatch.setattr(schemas, "MAX_KEPT", 3)
+    resolver = SchemaResolver(SchemaRegistryClient("http://127.0.0.1:1"))
+
+    async def fetch() -> int:
+        return 1
+
+    for n in range(5):
+        await resolver._once(("k", n), fetch)
+    assert list(resolver._kept) == [("k", 2), ("k", 3), ("k", 4)]
