@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from aioaccum.config.kinds import Address, Bool, File, Int
+from aioaccum.config.kinds import Address, Bool, Choice, File, Int, Str
 from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.config.properties import producer_properties, read_properties_file, read_values
 from aioaccum.config.settings import PRODUCER
@@ -31,6 +31,19 @@ DEFAULT_PORT = 8082  # REST Proxy's
 
 _POSITIVE = Int(1)
 _FILE = File()
+
+
+class _Url(Str):
+    metavar = "URL"
+
+    def check(self, value: object, label: str) -> object:
+        checked = super().check(value, label)
+        if isinstance(checked, str) and not checked.startswith(("http://", "https://")):
+            raise ConfigError(f"{label} must be an http:// or https:// URL")
+        return checked
+
+
+_URL = _Url(optional=True)
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("listen", "listen", Address(f"127.0.0.1:{DEFAULT_PORT}"), f"127.0.0.1:{DEFAULT_PORT}",
@@ -88,6 +101,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_head_bytes", "max.head.bytes", Int(1024, 16 * 1024 * 1024), 64 * 1024,
             "largest request head (request line and every header); 431 above it, and no more "
             "of it is held"),
+    # The schema registry behind the Avro, Protobuf and JSON Schema formats (serve/_schemas.py):
+    # REST Proxy's own keys, so that its config file's lines carry over.
+    Setting("schema_registry_url", "schema.registry.url", _URL, None,
+            "Confluent-compatible schema registry (e.g. http://registry:8081): enables the Avro, "
+            "Protobuf and JSON Schema formats, which are 415 (v2) and 422 (v3) without it"),
+    Setting("schema_registry_basic_auth_credentials_source",
+            "schema.registry.basic.auth.credentials.source",
+            Choice(("USER_INFO", "URL"), upper=True, optional=True), None,
+            "where the registry's basic-auth credentials come from: USER_INFO (the next "
+            "setting) or URL (user:password@ in schema.registry.url)"),
+    Setting("schema_registry_basic_auth_user_info", "schema.registry.basic.auth.user.info",
+            Str(optional=True), None,
+            "USER:PASSWORD for the registry's basic auth; put it in --config, not on the "
+            "command line", secret=True),
+    Setting("schema_registry_timeout_ms", "schema.registry.timeout.ms", Int(100, 600_000),
+            5_000,
+            "longest one registry question may take, retries included; then the request is "
+            "answered 503"),
 )  # fmt: skip  (a table: one row per setting)
 
 SERVE = Table(SETTINGS)
@@ -133,6 +164,10 @@ class ServeSettings:
     max_header_bytes: int
     max_headers: int
     max_head_bytes: int
+    schema_registry_url: str | None = field(repr=False)  # may hold user:password@
+    schema_registry_basic_auth_credentials_source: str | None
+    schema_registry_basic_auth_user_info: str | None = field(repr=False)
+    schema_registry_timeout_ms: int
     producer_config: ProducerConfig = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -151,6 +186,16 @@ class ServeSettings:
                 f"body.budget.bytes={self.body_budget_bytes} is less than max.body.bytes="
                 f"{self.max_body_bytes}: raise the budget or lower the largest body"
             )
+        source = self.schema_registry_basic_auth_credentials_source
+        if source == "USER_INFO" and self.schema_registry_basic_auth_user_info is None:
+            raise ConfigError(
+                "schema.registry.basic.auth.credentials.source=USER_INFO needs "
+                "schema.registry.basic.auth.user.info=USER:PASSWORD"
+            )
+        if self.schema_registry_basic_auth_user_info is not None and (
+            ":" not in self.schema_registry_basic_auth_user_info
+        ):
+            raise ConfigError("schema.registry.basic.auth.user.info must be USER:PASSWORD")
         object.__setattr__(self, "producer_config", ProducerConfig.from_properties(props))
 
     def __getstate__(self) -> dict[str, Any]:

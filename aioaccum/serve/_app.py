@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -24,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+import aioaccum
 from aioaccum import AioAccumError, Producer, ProducerState
 from aioaccum._kafka.cluster_view import ClusterReader
 from aioaccum.integrations._lifecycle import shutdown_producer, start_producer
@@ -34,7 +36,11 @@ from ._auth import AuthFile
 from ._errors import ErrorCode, RestError, error_response
 from ._gateway import Draining, Gateway
 from ._metrics import TopicsOf
+from ._openapi import OPENAPI_PATH, document
 from ._settings import ServeSettings
+
+if TYPE_CHECKING:
+    from ._schemas import SchemaResolver
 
 __all__ = ["create_app"]
 
@@ -44,6 +50,11 @@ log = logging.getLogger("aioaccum.serve")
 async def healthz(request: Request) -> Response:
     # The pid tells the workers of --workers apart.
     return JSONResponse({"status": "ok", "pid": os.getpid()})
+
+
+async def openapi(request: Request) -> Response:
+    # No credentials needed: the document describes the API, nothing of the cluster.
+    return JSONResponse(request.app.state.openapi)
 
 
 async def readyz(request: Request) -> Response:
@@ -152,6 +163,27 @@ class GatewayCollector(Collector):
         )
 
 
+def _schema_resolver(settings: ServeSettings) -> SchemaResolver | None:
+    """The registry behind the schema formats, when schema.registry.url is set."""
+    url = settings.schema_registry_url
+    if url is None:
+        return None
+    # Imported only then: the schema formats need the schemas extra (aiohttp, fastavro ...).
+    from aioaccum.schemas.registry import SchemaRegistryClient
+
+    from ._schemas import SchemaResolver
+
+    basic_auth = None
+    user_info = settings.schema_registry_basic_auth_user_info
+    if user_info is not None and settings.schema_registry_basic_auth_credentials_source != "URL":
+        user, _, password = user_info.partition(":")
+        basic_auth = (user, password)
+    client = SchemaRegistryClient(
+        url, basic_auth=basic_auth, timeout=settings.schema_registry_timeout_ms / 1000
+    )
+    return SchemaResolver(client)
+
+
 def create_app(settings: ServeSettings) -> Starlette:
     """The gateway for one process: routes, and a lifespan that starts and stops its producer.
 
@@ -175,7 +207,9 @@ def create_app(settings: ServeSettings) -> Starlette:
             producer = await start_producer(config, None)
             failed_before = 0
             try:
-                gateway = Gateway(settings, producer, reader, auth, draining)
+                gateway = Gateway(
+                    settings, producer, reader, auth, draining, _schema_resolver(settings)
+                )
                 app.state.gateway = gateway
                 collectors = [ProducerCollector(producer), GatewayCollector(gateway)]
                 for collector in collectors:
@@ -212,6 +246,7 @@ def create_app(settings: ServeSettings) -> Starlette:
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
+            Route(OPENAPI_PATH, openapi, methods=["GET"]),
             *_v2.routes(),
             *_v3.routes(),
         ],
@@ -224,4 +259,5 @@ def create_app(settings: ServeSettings) -> Starlette:
     app.state.dropped = 0
     app.state.shutdown_ran = False
     app.state.registry = registry
+    app.state.openapi = document(aioaccum.__version__)
     return app

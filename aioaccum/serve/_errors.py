@@ -22,7 +22,9 @@ retriable ``BrokerError``                  503     50003       retry later
                                                                were refused by the cluster
 ``ProducerClosedError`` (shutting down)    503     50302       retry on another instance
 ``ConfigError`` (e.g. a timestamp the      422     42201       the record is invalid: fix it
-producer refuses)
+producer refuses), a broker's
+INVALID_TIMESTAMP, INVALID_RECORD or
+CORRUPT_MESSAGE
 anything else                              500     50002       a Kafka error, not retriable
 =========================================  ======  ==========  =============================
 
@@ -76,6 +78,7 @@ class ErrorCode(enum.IntEnum):
     NOT_FOUND = 404
     METHOD_NOT_ALLOWED = 405
     REQUEST_TIMEOUT = 408
+    CONFLICT = 409
     PAYLOAD_TOO_LARGE = 413
     UNSUPPORTED_MEDIA_TYPE = 415
     UNPROCESSABLE = 422
@@ -85,7 +88,12 @@ class ErrorCode(enum.IntEnum):
     KAFKA_AUTHORIZATION = 40301
     TOPIC_NOT_FOUND = 40401
     PARTITION_NOT_FOUND = 40402
+    SCHEMA_NOT_FOUND = 40403
     INVALID_RECORD = 42201
+    KEY_SCHEMA_MISSING = 42201  # REST Proxy gives 42201 both meanings; the message tells
+    VALUE_SCHEMA_MISSING = 42202
+    CONVERSION_FAILED = 42203
+    INVALID_SCHEMA = 42205
     INVALID_PAYLOAD = 42206
     TOO_MANY_REQUESTS = 42901
     KAFKA_ERROR = 50002
@@ -159,6 +167,11 @@ def buffer_full(buffer_memory: int, waited_ms: int) -> RestError:
     )
 
 
+# Kafka's error codes that refuse a record for its content: CORRUPT_MESSAGE (2),
+# INVALID_TIMESTAMP (32), INVALID_RECORD (87).
+_RECORD_REFUSALS = frozenset({2, 32, 87})
+
+
 def rest_error_for(exc: AioAccumError) -> RestError:
     """The HTTP answer for an error of the producer's (see the module's table)."""
     if isinstance(exc, RestError):
@@ -176,6 +189,10 @@ def rest_error_for(exc: AioAccumError) -> RestError:
         )
     if isinstance(exc, TopicAuthorizationError):
         return RestError(403, ErrorCode.KAFKA_AUTHORIZATION, text)
+    if isinstance(exc, BrokerError) and exc.errno in _RECORD_REFUSALS:
+        # The broker refused the record for what the request put in it (a timestamp out of
+        # the topic's range, no key on a compacted topic ...): the client's to fix.
+        return RestError(422, ErrorCode.INVALID_RECORD, f"the record is invalid: {text}")
     if isinstance(exc, BrokerError) and exc.retriable:
         return RestError(503, ErrorCode.KAFKA_RETRIABLE, text, retry_after=RETRY_AFTER_OUTAGE_S)
     if isinstance(exc, AuthenticationError):

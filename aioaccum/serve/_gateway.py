@@ -17,6 +17,7 @@ import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aioaccum import (
     AioAccumError,
@@ -39,6 +40,9 @@ from ._errors import (
     topic_not_found,
 )
 from ._settings import ServeSettings
+
+if TYPE_CHECKING:
+    from ._schemas import SchemaResolver
 
 __all__ = ["STOPS_THE_REST", "ByteBudget", "Draining", "Gateway", "Outcome"]
 
@@ -155,8 +159,11 @@ class Gateway:
         reader: ClusterReader,
         auth: AuthFile | None,
         draining: Draining,
+        schemas: SchemaResolver | None = None,
     ) -> None:
         self.settings = settings
+        # The schema formats' registry; None without schema.registry.url.
+        self.schemas = schemas
         self.producer = producer
         self.reader = reader
         self.auth = auth

@@ -11,6 +11,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from ._errors import ErrorCode, RestError, bad_request
 
@@ -19,6 +20,7 @@ __all__ = [
     "STRICT_JSON",
     "ObjectSplitter",
     "Record",
+    "SchemaSpec",
     "decode_json",
     "json_problem",
     "parse_record",
@@ -29,6 +31,8 @@ MAX_TIMESTAMP_MS = 253_402_300_799_999
 _TYPES = ("BINARY", "JSON", "STRING")
 _SCHEMA_TYPES = ("AVRO", "PROTOBUF", "JSONSCHEMA")
 _SCHEMA_FIELDS = ("schema", "schema_id", "schema_version", "subject", "subject_name_strategy")
+# v3's subject_name_strategy values (REST Proxy's).
+STRATEGIES = ("TOPIC_NAME", "RECORD_NAME", "TOPIC_RECORD_NAME")
 
 
 class NonFiniteNumber(ValueError):
@@ -106,7 +110,23 @@ def encode_json(data: object, where: str) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
+class SchemaSpec:
+    """How a request names the schema of a key or a value (v2's fields, v3's data object):
+    by its text, by id, or by subject and version (the latest when none is given)."""
+
+    fmt: str | None  # AVRO, PROTOBUF, JSONSCHEMA; None: whatever the registry holds
+    schema: str | None = None
+    schema_id: int | None = None
+    subject: str | None = None
+    version: int | None = None
+    strategy: str = "TOPIC_NAME"
+
+
+@dataclass(frozen=True, slots=True)
 class Record:
+    """A v3 record. A key or value with a schema is its JSON data (compact UTF-8), encoded
+    once its schema is resolved (``key_schema`` / ``value_schema``)."""
+
     key: bytes | None
     value: bytes | None
     key_type: str | None
@@ -114,13 +134,16 @@ class Record:
     partition: int | None
     timestamp_ms: int | None
     headers: list[tuple[str, bytes | None]]
+    key_schema: SchemaSpec | None = None
+    value_schema: SchemaSpec | None = None
 
 
-def parse_record(document: object) -> Record:
-    """One record object of a v3 body.
+def parse_record(document: object, *, schemas: bool = False) -> Record:
+    """One record object of a v3 body; ``schemas``: whether the server has a registry.
 
     Raises:
-        RestError: 400 for a malformed record, 422 for a schema-registry format.
+        RestError: 400 for a malformed record, 422 for a schema-registry format on a server
+            without a registry.
     """
     if not isinstance(document, dict):
         raise bad_request(f"a record must be a JSON object, not {type(document).__name__}")
@@ -146,45 +169,91 @@ def parse_record(document: object) -> Record:
             ) from None
         raw = header.get("value")
         headers.append((name, None if raw is None else _base64(raw, f"headers[{index}]")))
-    key, key_type = _data(document.get("key"), "key")
-    value, value_type = _data(document.get("value"), "value")
+    key, key_type, key_schema = _data(document.get("key"), "key", schemas)
+    value, value_type, value_schema = _data(document.get("value"), "value", schemas)
     return Record(
-        key, value, key_type, value_type, partition, _timestamp(document.get("timestamp")), headers
-    )
+        key, value, key_type, value_type, partition, _timestamp(document.get("timestamp")),
+        headers, key_schema, value_schema,
+    )  # fmt: skip
 
 
-def _data(spec: object, where: str) -> tuple[bytes | None, str | None]:
+def _data(
+    spec: object, where: str, schemas: bool
+) -> tuple[bytes | None, str | None, SchemaSpec | None]:
     if spec is None:
-        return None, None
+        return None, None, None
     if not isinstance(spec, dict):
         raise bad_request(f'{where} must be an object like {{"type": "BINARY", "data": ...}}')
     kind = spec.get("type")
     if kind is None or str(kind).upper() in _SCHEMA_TYPES:
-        named = kind or "a schema (" + ", ".join(f for f in _SCHEMA_FIELDS if f in spec) + ")"
-        raise RestError(
-            422,
-            ErrorCode.UNPROCESSABLE,
-            f"{where}: {named} needs a schema registry, which this server does not use; give "
-            f'"type" as one of {", ".join(_TYPES)}',
-        )
+        if not schemas:
+            named = kind or "a schema (" + ", ".join(f for f in _SCHEMA_FIELDS if f in spec) + ")"
+            raise RestError(
+                422,
+                ErrorCode.UNPROCESSABLE,
+                f"{where}: {named} needs a schema registry, and this server has none configured "
+                f"(--schema-registry-url); give \"type\" as one of {', '.join(_TYPES)}",
+            )
+        schema = _schema_spec(spec, where)
+        data = spec.get("data")
+        encoded = None if data is None else encode_json(data, f"{where}.data")
+        return encoded, schema.fmt, schema
     kind = str(kind).upper()
     data = spec.get("data")
     if kind not in _TYPES:
         raise bad_request(f"{where}.type {spec['type']!r} is not one of {', '.join(_TYPES)}")
+    given = [name for name in _SCHEMA_FIELDS if spec.get(name) is not None]
+    if given:
+        raise bad_request(
+            f"{where}: {', '.join(given)} name a schema, which type {kind} does not use; give "
+            f"type {', '.join(_SCHEMA_TYPES)} (or no type) to write with a schema"
+        )
     if data is None:
-        return None, kind
+        return None, kind, None
     if kind == "BINARY":
-        return _base64(data, f"{where}.data"), kind
+        return _base64(data, f"{where}.data"), kind, None
     if kind == "STRING":
         if not isinstance(data, str):
             raise bad_request(f"{where}.data must be a string for type STRING")
         try:
-            return data.encode(), kind
+            return data.encode(), kind, None
         except UnicodeError:
             raise bad_request(
                 f"{where}.data holds a lone UTF-16 surrogate, which UTF-8 cannot encode"
             ) from None
-    return encode_json(data, f"{where}.data"), kind
+    return encode_json(data, f"{where}.data"), kind, None
+
+
+def _schema_spec(spec: dict[str, Any], where: str) -> SchemaSpec:
+    """The schema a v3 key or value names (REST Proxy's fields).
+
+    Raises:
+        RestError: 400 for a field of the wrong type, or fields that contradict each other.
+    """
+    kind = spec.get("type")
+    fmt = None if kind is None else str(kind).upper()
+    schema, schema_id = spec.get("schema"), spec.get("schema_id")
+    subject, version = spec.get("subject"), spec.get("schema_version")
+    strategy = spec.get("subject_name_strategy", "TOPIC_NAME")
+    if schema is not None and not isinstance(schema, str):
+        raise bad_request(f"{where}.schema must be the schema's text, a string")
+    if schema_id is not None and (type(schema_id) is not int or not 0 <= schema_id <= 0xFFFFFFFF):
+        raise bad_request(f"{where}.schema_id must be a schema id (an integer >= 0)")
+    if version is not None and (type(version) is not int or version < 1):
+        raise bad_request(f"{where}.schema_version must be a version number (an integer >= 1)")
+    if subject is not None and (not isinstance(subject, str) or not subject):
+        raise bad_request(f"{where}.subject must be a non-empty string")
+    if not isinstance(strategy, str) or strategy.upper() not in STRATEGIES:
+        raise bad_request(
+            f"{where}.subject_name_strategy must be one of {', '.join(STRATEGIES)}"
+        )
+    if schema_id is not None and (schema is not None or version is not None):
+        raise bad_request(f"{where}: give schema_id alone, or schema, or schema_version")
+    if schema is not None and version is not None:
+        raise bad_request(f"{where}: give schema or schema_version, not both")
+    if schema is not None and fmt is None:
+        raise bad_request(f"{where}: a schema needs its type (AVRO, PROTOBUF or JSONSCHEMA)")
+    return SchemaSpec(fmt, schema, schema_id, subject, version, strategy.upper())
 
 
 def _base64(data: object, where: str) -> bytes:

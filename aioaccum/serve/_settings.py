@@ -19,6 +19,8 @@ HELP_EPILOG = """\
     tls.cert=/etc/aioaccum/cert.pem
     tls.key=/etc/aioaccum/key.pem
     auth.file=/etc/aioaccum/credentials
+    schema.registry.url=https://registry:8081
+    schema.registry.basic.auth.user.info=USER:PASSWORD
 
 --auth-file FILE has one credential per line, NAME:SECRET:TOPICS, e.g.
     web-front:long-random-secret:clicks,pageviews

@@ -15,8 +15,9 @@ REST Proxy's code (50003 retriable, 50002 not, 40301, 40101) and the reason. Whe
 got through, the whole answer is the first record's error instead (429 with ``Retry-After``
 when the buffer stayed full, 413, 503 ...), so that a total failure is never a 200.
 
-Avro, Protobuf and JSON Schema need a schema registry, which this gateway does not use: they
-are answered 415, as is any other type.
+Avro, Protobuf and JSON Schema (``application/vnd.kafka.avro.v2+json`` ...) are written through
+the schema registry of ``schema.registry.url`` (see ``_v2_schemas``); without one they are
+answered 415, as is any other type.
 
 The bytes of a request count against ``body.budget.bytes`` from the moment they arrive (not
 the length it declares) until its last record is in the producer's buffer: first the body,
@@ -43,6 +44,7 @@ from ._errors import (
 )
 from ._gateway import STOPS_THE_REST, Gateway
 from ._v2_body import Record, budget_full, parse_body, parse_records, recharge
+from ._v2_schemas import SCHEMA_MEDIA, encode_records, schema_format
 
 __all__ = [
     "V2_CONTENT_TYPE",
@@ -69,22 +71,26 @@ _BINARY_TYPES = frozenset(
     }
 )
 _JSON_TYPES = frozenset({"application/vnd.kafka.json.v2+json", "application/vnd.kafka.json.v2"})
-_SCHEMA_FORMATS = ("avro", "protobuf", "jsonschema")
 def answer(body: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return JSONResponse(body, status_code=status, headers=headers, media_type=V2_CONTENT_TYPE)
 
 
-def _embedded_format(content_type: str | None) -> str:
-    """``"binary"`` or ``"json"``, or the 415 for anything else."""
+def _embedded_format(content_type: str | None, gateway: Gateway) -> str:
+    """``"binary"``, ``"json"``, or a schema format (``"AVRO"``, ``"PROTOBUF"``,
+    ``"JSONSCHEMA"``) when the server has a registry; the 415 for anything else."""
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if media in _BINARY_TYPES:
         return "binary"
     if media in _JSON_TYPES:
         return "json"
-    if any(f".{name}." in media for name in _SCHEMA_FORMATS):
+    fmt = schema_format(media)
+    if fmt is not None and gateway.schemas is not None:
+        return fmt
+    if fmt is not None or any(f".{name}." in media for name in SCHEMA_MEDIA):
         why = (
-            f"{media} needs a schema registry, which this server does not use; send the "
-            "records already serialized, as application/vnd.kafka.binary.v2+json (base64)"
+            f"{media} needs a schema registry, and this server has none configured "
+            "(--schema-registry-url, or schema.registry.url in --config); send the records "
+            "already serialized, as application/vnd.kafka.binary.v2+json (base64)"
         )
     elif ".v1" in media:
         why = f"{media} is REST Proxy's v1 API, which this server does not serve; use v2"
@@ -174,20 +180,31 @@ async def _produce(request: Request, gateway: Gateway) -> Response:
     topic = request.path_params["topic"]
     path_partition: int | None = request.path_params.get("partition")
     held = 0
+    key_id: int | None = None
+    value_id: int | None = None
     try:
         try:
             gateway.authorize(request.headers, topic)
-            embedded = _embedded_format(request.headers.get("content-type"))
+            embedded = _embedded_format(request.headers.get("content-type"), gateway)
             info = await gateway.topic(topic)
+            if path_partition is not None:
+                # The path's partition must exist even when every record names its own.
+                gateway.check_partition(info, path_partition)
             # The body goes to the parser without a reference kept here (its bytes are freed
             # once its text is made); the records stay in the budget until they are in the
             # producer's buffer.
+            fields: dict[str, object] = {}
             records, held = await parse_body(
                 await read_body(request, gateway),
                 embedded,
                 gateway.settings.max_records_per_request,
                 gateway.budget,
+                fields,
             )
+            if embedded not in ("binary", "json"):
+                records, held, key_id, value_id = await encode_records(
+                    gateway, topic, embedded, fields, records, held
+                )
             for record in records:
                 gateway.check_partition(
                     info, path_partition if record.partition is None else record.partition
@@ -198,7 +215,7 @@ async def _produce(request: Request, gateway: Gateway) -> Response:
         del records
     finally:
         gateway.budget.give(held)
-    return await _answer_outcomes(gateway, futures, failures)
+    return await _answer_outcomes(gateway, futures, failures, key_id, value_id)
 
 
 
@@ -225,7 +242,11 @@ async def _send_all(
 
 
 async def _answer_outcomes(
-    gateway: Gateway, futures: list[FutureRecordMetadata], failures: dict[int, RestError]
+    gateway: Gateway,
+    futures: list[FutureRecordMetadata],
+    failures: dict[int, RestError],
+    key_id: int | None,
+    value_id: int | None,
 ) -> Response:
     outcomes = iter(await gateway.settle(futures))
     offsets: list[dict[str, object]] = []
@@ -255,7 +276,7 @@ async def _answer_outcomes(
             )
     if delivered == 0 and first_error is not None:
         return error_response(first_error, V2_CONTENT_TYPE)
-    return answer({"key_schema_id": None, "value_schema_id": None, "offsets": offsets})
+    return answer({"key_schema_id": key_id, "value_schema_id": value_id, "offsets": offsets})
 
 
 async def list_topics(request: Request) -> Response:

@@ -43,6 +43,10 @@ class Record(NamedTuple):
     partition: int | None
 
 
+# The top-level fields beside "records" that a schema format reads (see _v2_schemas).
+SCHEMA_FIELDS = frozenset({"key_schema", "key_schema_id", "value_schema", "value_schema_id"})
+
+
 class _Parser:
     def __init__(self, body: bytes, embedded: str, max_records: int) -> None:
         if not body.strip():
@@ -55,6 +59,7 @@ class _Parser:
         self._max_records = max_records
         self.records: list[Record] = []
         self.parsed = 0  # budget bytes of the records so far
+        self.fields: dict[str, object] = {}  # SCHEMA_FIELDS given, by name
 
     @property
     def cost(self) -> int:
@@ -92,7 +97,9 @@ class _Parser:
                         seen = True
                         position = yield from self._records(position)
                     else:
-                        _, position = STRICT_JSON.raw_decode(text, position)
+                        given, position = STRICT_JSON.raw_decode(text, position)
+                        if name in SCHEMA_FIELDS:
+                            self.fields[name] = given
                     position = self._space(position)
                     if text.startswith(",", position):
                         position = self._space(position + 1)
@@ -181,7 +188,8 @@ def _field(record: dict[str, Any], name: str, embedded: str, index: int) -> byte
     data = record.get(name)
     if data is None:
         return None
-    if embedded == "json":
+    if embedded != "binary":
+        # JSON, and the schema formats' JSON values, encoded once their schema is known.
         return encode_json(data, f"records[{index}].{name}")
     if not isinstance(data, str):
         raise invalid_payload(
@@ -208,13 +216,18 @@ def parse_records(body: bytes, embedded: str, max_records: int) -> list[Record]:
 
 
 async def parse_body(
-    read: tuple[bytes, int], embedded: str, max_records: int, budget: ByteBudget
+    read: tuple[bytes, int],
+    embedded: str,
+    max_records: int,
+    budget: ByteBudget,
+    fields: dict[str, object] | None = None,
 ) -> tuple[list[Record], int]:
     """The records of a body read with ``held`` budget bytes (``read`` is ``(body, held)``),
     and the budget bytes held for them now; on failure nothing is held any more.
 
     The body comes in a tuple so that the caller keeps no reference to it: its bytes are freed
-    as soon as its text is made.
+    as soon as its text is made. ``fields``, when given, receives the body's top-level schema
+    fields (:data:`SCHEMA_FIELDS`).
 
     Raises:
         RestError: 400 when the body is not strict JSON (NaN, Infinity, numbers beyond a
@@ -232,6 +245,8 @@ async def parse_body(
             held = recharge(budget, held, parser.cost)
             await asyncio.sleep(0)
         held = recharge(budget, held, parser.cost)
+        if fields is not None:
+            fields.update(parser.fields)
     except BaseException:
         budget.give(held)
         raise

@@ -12,7 +12,9 @@ after the other (separated by whitespace or by nothing), each a record::
      "value": {"type": "JSON", "data": {"any": "json"}}}
 
 ``type`` is ``BINARY`` (base64), ``JSON`` (written as compact UTF-8 JSON) or ``STRING`` (UTF-8);
-AVRO, PROTOBUF and JSONSCHEMA need a schema registry, which this gateway does not use (422).
+AVRO, PROTOBUF and JSONSCHEMA (with ``schema``, ``schema_id``, ``schema_version``, ``subject``,
+``subject_name_strategy``) are written through the registry of ``schema.registry.url``
+(``_schemas``), and are 422 without one.
 Every part is optional; ``data`` null or absent is a null key or value.
 
 Each record is answered, in the order sent, as soon as it is acknowledged::
@@ -42,6 +44,7 @@ import datetime
 import json
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -62,6 +65,9 @@ from ._errors import (
 )
 from ._gateway import STOPS_THE_REST, Gateway
 from ._records import ObjectSplitter, decode_json, parse_record
+
+if TYPE_CHECKING:
+    from ._schemas import Resolved
 
 __all__ = ["ProduceRecords", "get_cluster", "iso_timestamp", "list_clusters", "routes"]
 
@@ -94,6 +100,8 @@ class _Answer:
     key_type: str | None = None
     value_type: str | None = None
     size: int = 0
+    key_schema: Resolved | None = None
+    value_schema: Resolved | None = None
 
 
 _END = _Answer()
@@ -334,9 +342,21 @@ class _Stream:
                         ErrorCode.PAYLOAD_TOO_LARGE,
                         f"a record object is {size} bytes, more than max.body.bytes={limit}",
                     )
-                record = parse_record(decode_json(raw, "a record"))
+                record = parse_record(
+                    decode_json(raw, "a record"), schemas=gateway.schemas is not None
+                )
                 del raw
                 gateway.check_partition(self._info, record.partition)
+                key_schema = value_schema = None
+                if gateway.schemas is not None and (
+                    record.key_schema is not None or record.value_schema is not None
+                ):
+                    # Resolved once per schema, then kept: no registry call per record.
+                    from ._schemas import encode_record
+
+                    record, key_schema, value_schema = await encode_record(
+                        gateway.schemas, self._topic, record
+                    )
                 future = await gateway.send(
                     self._topic,
                     record.key,
@@ -357,6 +377,8 @@ class _Stream:
                     key_type=record.key_type,
                     value_type=record.value_type,
                     size=size,
+                    key_schema=key_schema,
+                    value_schema=value_schema,
                 )
             )
         if splitter.pending > limit:
@@ -464,13 +486,27 @@ class _Stream:
             "timestamp": iso_timestamp(metadata.timestamp),
         }
         if answer.key_type is not None:
-            found["key"] = {"type": answer.key_type, "size": max(metadata.serialized_key_size, 0)}
+            found["key"] = _described(
+                answer.key_type, answer.key_schema, metadata.serialized_key_size
+            )
         if answer.value_type is not None:
-            found["value"] = {
-                "type": answer.value_type,
-                "size": max(metadata.serialized_value_size, 0),
-            }
+            found["value"] = _described(
+                answer.value_type, answer.value_schema, metadata.serialized_value_size
+            )
         return json.dumps(found, separators=(",", ":")).encode()
+
+
+def _described(kind: str, schema: Resolved | None, size: int) -> dict[str, object]:
+    """A key's or a value's part of a record's answer, with its schema when it has one."""
+    if schema is None:
+        return {"type": kind, "size": max(size, 0)}
+    return {
+        "type": kind,
+        "subject": schema.subject,
+        "schema_id": schema.schema_id,
+        "schema_version": schema.version,
+        "size": max(size, 0),
+    }
 
 
 def _shutting_down() -> RestError:
