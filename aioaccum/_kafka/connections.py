@@ -51,6 +51,21 @@ class ProduceConnections:
         self._failures: dict[int, int] = {}
         self._retry_at: dict[int, float] = {}
         self._closed = False
+        # SASL exchanges of connections replaced since (for the totals below).
+        self._past_authentications = 0
+        self._past_reauthentications = 0
+
+    @property
+    def authentications(self) -> int:
+        """SASL exchanges that succeeded on these connections, first ones and again."""
+        live = sum(c.authentications for c in self._conns.values())
+        return self._past_authentications + live
+
+    @property
+    def reauthentications(self) -> int:
+        """SASL exchanges that succeeded on a connection authenticated before (KIP-368)."""
+        live = sum(c.reauthentications for c in self._conns.values())
+        return self._past_reauthentications + live
 
     def connection(self, node: int) -> ProduceConnection | None:
         """The usable connection to ``node``, if there is one now."""
@@ -114,6 +129,10 @@ class ProduceConnections:
             if self._closed:
                 conn.close()
                 return
+            replaced = self._conns.get(node)
+            if replaced is not None:
+                self._past_authentications += replaced.authentications
+                self._past_reauthentications += replaced.reauthentications
             self._conns[node] = conn
             self._failures.pop(node, None)
             self._retry_at.pop(node, None)
