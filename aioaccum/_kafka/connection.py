@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import random
 import socket
@@ -75,6 +76,7 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _HEADER = struct.Struct(">ihhi")  # size, api key, version, correlation id
 _INF = float("inf")
+_CLOSE_WAIT_S = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -606,13 +608,16 @@ async def open_connection(
             _size_socket(conn, settings.socket_buffers)
             await conn.negotiate()
     except AioAccumError as exc:
-        if conn is not None:
-            conn.close()
+        await _discard(conn)
         exc.possibly_written = False
         raise
     except (kerr.KafkaError, OSError, TimeoutError) as exc:
-        if conn is not None:
-            conn.close()
+        await _discard(conn)
+        if isinstance(exc, TimeoutError):
+            # A broker that does not answer in time is not ready, as a refused connection:
+            # retriable, and the metadata may be stale.
+            timeout_ms = settings.request_timeout * 1000
+            exc = kerr.KafkaConnectionError(f"no connection to {where} within {timeout_ms:.0f} ms")
         error = translate(exc)
         error.possibly_written = False
         raise error from exc
@@ -621,6 +626,16 @@ async def open_connection(
             conn.close()
         raise
     return conn
+
+
+async def _discard(conn: ProduceConnection | None) -> None:
+    """Close a connection that failed its set-up, and let its transport finish closing (an
+    event loop closed before that finds the handle open); bounded, as every wait."""
+    if conn is None:
+        return
+    conn.close()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(conn.wait_closed(), _CLOSE_WAIT_S)
 
 
 def _size_socket(conn: ProduceConnection, buffers: Sequence[tuple[int, int]]) -> None:

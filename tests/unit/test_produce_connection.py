@@ -257,3 +257,23 @@ async def test_a_timed_out_request_fails_only_after_the_transport_dropped_its_by
     broker.resume_reading()
     await asyncio.sleep(0.05)
     assert b"B" * 64 not in broker.raw
+
+
+async def test_a_broker_silent_at_set_up_is_a_retriable_error_never_written() -> None:
+    writers: list[asyncio.StreamWriter] = []
+    silent = await asyncio.start_server(
+        lambda reader, writer: writers.append(writer), "127.0.0.1", 0
+    )
+    port = silent.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(BrokerError) as failed:
+            await asyncio.wait_for(
+                open_connection("127.0.0.1", port, settings(request_timeout=0.2)), 5
+            )
+        assert failed.value.retriable
+        assert not failed.value.possibly_written
+    finally:
+        for writer in writers:
+            writer.close()
+        silent.close()
+        await silent.wait_closed()
