@@ -16,7 +16,7 @@ import ssl
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import aiokafka.errors as kerr
 from aiokafka.client import AIOKafkaClient
@@ -26,6 +26,8 @@ from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
 from aioaccum._core import kafka_errors
 from aioaccum._core.cluster import TopicPartition
+from aioaccum._kafka.connection import ConnectionSettings
+from aioaccum._kafka.connections import ProduceConnections
 from aioaccum._kafka.errors import (
     authentication_error,
     broker_error_for_code,
@@ -36,7 +38,14 @@ from aioaccum._kafka.logs import Throttle, demote_aiokafka_noise, redact_sasl_lo
 from aioaccum._kafka.metadata import MetadataClient
 from aioaccum._kafka.oauth import MECHANISM as OAUTHBEARER
 from aioaccum._kafka.oauth import OAuthBearerFailed, OAuthClient, TokenCache
-from aioaccum._kafka.produce import FastProduceRequest, produce_v12
+from aioaccum._kafka.produce import (
+    FastProduceRequest,
+    PartitionResponse,
+    ProduceAnswers,
+    answers_from,
+    produce_v12,
+)
+from aioaccum._kafka.sasl import Credentials
 from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import (
     AioAccumError,
@@ -44,23 +53,7 @@ from aioaccum.errors import (
     ProducerTimeoutError,
 )
 
-__all__ = ["AioKafkaAdapter", "KafkaAdapter", "PartitionResponse"]
-
-
-class PartitionResponse(NamedTuple):
-    """One partition's answer in a produce response (one per batch: a tuple, the cheapest
-    object to make)."""
-
-    error: BrokerError | None
-    base_offset: int
-    log_append_time: int
-
-
-class ProduceAnswers(dict):  # type: ignore[type-arg]  # dict[TopicPartition, PartitionResponse]
-    """The partitions' answers to one produce request, and how long the broker throttled it
-    (``throttle_time_ms``, for the ``produce-throttle-time`` metrics)."""
-
-    throttle_time_ms = 0
+__all__ = ["AioKafkaAdapter", "KafkaAdapter", "PartitionResponse", "ProduceAnswers"]
 
 
 class KafkaAdapter(Protocol):
@@ -193,6 +186,9 @@ class AioKafkaAdapter:
         # adds its partitions to the transaction by itself.
         self.transactional_id: str | None = None
         self.produce_v12 = False
+        # Produce requests go on aioaccum's own connections (aioaccum._kafka.connection);
+        # aiokafka's carry everything else.
+        self.produce_connections: ProduceConnections | None = None
 
     @property
     def client(self) -> AIOKafkaClient:
@@ -261,6 +257,25 @@ class AioKafkaAdapter:
             await client.close()
             raise
         self._client = client
+        credentials = None
+        if cfg.sasl_mechanism is not None:
+            credentials = Credentials(
+                cfg.sasl_mechanism, cfg.sasl_plain_username, cfg.sasl_plain_password, tokens
+            )
+        settings_for_produce = ConnectionSettings(
+            client_id=cfg.client_id,
+            request_timeout=cfg.request_timeout_ms / 1000,
+            idle_timeout=cfg.connections_max_idle_ms / 1000,
+            ssl_context=ssl_context,
+            credentials=credentials,
+            socket_buffers=buffers,
+        )
+        self.produce_connections = ProduceConnections(settings_for_produce, self._address)
+
+    def _address(self, node: int) -> tuple[str, int] | None:
+        client = self._client
+        found = client.cluster.broker_metadata(node) if client is not None else None
+        return None if found is None else (found.host, int(found.port))
 
     async def _explain_bootstrap_failure(
         self, client: AIOKafkaClient, security: dict[str, Any], failure: Exception
@@ -301,6 +316,9 @@ class AioKafkaAdapter:
         conn.close()
 
     async def close(self) -> None:
+        conns, self.produce_connections = self.produce_connections, None
+        if conns is not None:
+            await conns.close()
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
@@ -518,6 +536,13 @@ class AioKafkaAdapter:
         timeout_ms: int,
         batches: Sequence[tuple[TopicPartition, memoryview]],
     ) -> dict[TopicPartition, PartitionResponse]:
+        conns = self.produce_connections
+        if conns is not None:
+            answers: dict[TopicPartition, PartitionResponse] = await conns.produce(
+                node, acks=acks, timeout_ms=timeout_ms, batches=batches,
+                transactional_id=self.transactional_id, v12=self.produce_v12,
+            )
+            return answers
         by_topic: dict[str, list[tuple[int, memoryview]]] = collections.defaultdict(list)
         for tp, records in batches:
             by_topic[tp[0]].append((tp[1], records))
@@ -544,23 +569,7 @@ class AioKafkaAdapter:
             raise
         if acks == 0:
             return {tp: PartitionResponse(None, -1, -1) for tp, _ in batches}
-        out = ProduceAnswers()
-        out.throttle_time_ms = int(getattr(response, "throttle_time_ms", 0) or 0)
-        for topic, partitions in response.topics:
-            for info in partitions:
-                partition, code, offset, timestamp = info[0], info[1], info[2], info[3]
-                message = info[6] if len(info) > 6 else None
-                error = (
-                    broker_error_for_code(
-                        code, message, topic=topic, batch_bytes=_size_of(batches, topic, partition)
-                    )
-                    if code
-                    else None
-                )
-                out[TopicPartition(topic, partition)] = PartitionResponse(
-                    error, int(offset), int(timestamp)
-                )
-        return out
+        return answers_from(response, batches)
 
     async def init_producer_id(self) -> tuple[int, int]:
         client = self.client
@@ -572,13 +581,3 @@ class AioKafkaAdapter:
             raise broker_error_for_code(response.error_code, "InitProducerId failed")
         return int(response.producer_id), int(response.producer_epoch)
 
-
-def _size_of(
-    batches: Sequence[tuple[TopicPartition, memoryview]], topic: str, partition: int
-) -> int | None:
-    """Bytes of the batch sent to one partition, for an error's message (errors are rare: a
-    search, not a map built for every request)."""
-    for tp, records in batches:
-        if tp[1] == partition and tp[0] == topic:
-            return len(records)
-    return None

@@ -10,8 +10,8 @@ flexible format) is written with :mod:`aioaccum._kafka.wire`.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from aiokafka.protocol.produce import (
     ProduceRequest,
@@ -22,9 +22,39 @@ from aiokafka.protocol.produce import (
     ProduceRequest_v7,
 )
 
+from aioaccum._core.cluster import TopicPartition
+from aioaccum._kafka.errors import broker_error_for_code
 from aioaccum._kafka.wire import I32, NO_TAGS, Call, Reader, compact_str, uvarint
+from aioaccum.errors import BrokerError
 
-__all__ = ["FAST_STRUCTS", "FastProduceRequest", "ProduceResponse", "encode_produce", "produce_v12"]
+__all__ = [
+    "FAST_STRUCTS",
+    "FastProduceRequest",
+    "PartitionResponse",
+    "ProduceAnswers",
+    "ProduceResponse",
+    "answers_from",
+    "encode_produce",
+    "produce_v12",
+    "read_produce",
+    "request_parts",
+]
+
+
+class PartitionResponse(NamedTuple):
+    """One partition's answer in a produce response (one per batch: a tuple, the cheapest
+    object to make)."""
+
+    error: BrokerError | None
+    base_offset: int
+    log_append_time: int
+
+
+class ProduceAnswers(dict):  # type: ignore[type-arg]  # dict[TopicPartition, PartitionResponse]
+    """The partitions' answers to one produce request, and how long the broker throttled it
+    (``throttle_time_ms``, for the ``produce-throttle-time`` metrics)."""
+
+    throttle_time_ms = 0
 
 _PRODUCE = 0
 _INT16 = struct.Struct(">h")
@@ -150,23 +180,140 @@ def produce_v12(
         parts.append(NO_TAGS)
         return b"".join(parts)
 
-    def read(_version: int, r: Reader) -> ProduceResponse:
-        topics = []
-        for _ in range(r.compact_count()):
-            topic = r.compact_str() or ""
-            partitions: list[tuple[Any, ...]] = []
-            for _ in range(r.compact_count()):
-                partition, code, offset, timestamp = r.int32(), r.int16(), r.int64(), r.int64()
-                r.int64()  # log start offset
-                for _ in range(r.compact_count()):  # per-record errors: the message says it
-                    r.int32()
-                    r.compact_str()
-                    r.tags()
-                message = r.compact_str()
-                r.tags()
-                partitions.append((partition, code, offset, timestamp, -1, None, message))
-            r.tags()
-            topics.append((topic, partitions))
-        return ProduceResponse(topics, r.int32())
+    return Call(_PRODUCE, (12,), body, lambda _version, r: read_v12(r))
 
-    return Call(_PRODUCE, (12,), body, read)
+
+def read_v12(r: Reader) -> ProduceResponse:
+    """A produce response v12 (flexible), from its body."""
+    topics = []
+    for _ in range(r.compact_count()):
+        topic = r.compact_str() or ""
+        partitions: list[tuple[Any, ...]] = []
+        for _ in range(r.compact_count()):
+            partition, code, offset, timestamp = r.int32(), r.int16(), r.int64(), r.int64()
+            r.int64()  # log start offset
+            for _ in range(r.compact_count()):  # per-record errors: the message says it
+                r.int32()
+                r.compact_str()
+                r.tags()
+            message = r.compact_str()
+            r.tags()
+            partitions.append((partition, code, offset, timestamp, -1, None, message))
+        r.tags()
+        topics.append((topic, partitions))
+    return ProduceResponse(topics, r.int32())
+
+
+
+# --- on aioaccum's own connection: the request as a list of buffers, the answer from bytes
+
+_SIZE_KEY_VERSION_ID = struct.Struct(">ihhi")  # frame size, api key, version, correlation id
+
+
+def request_parts(
+    version: int,
+    correlation_id: int,
+    client_id: bytes,
+    transactional_id: str | None,
+    acks: int,
+    timeout_ms: int,
+    by_topic: Mapping[str, Sequence[tuple[int, memoryview]]],
+) -> list[bytes | memoryview]:
+    """A whole produce request, size prefix included, as buffers for ``writelines``.
+
+    The record batches are the pooled buffers themselves (memoryviews, never copied or
+    joined); the small pieces between two batches are joined into one ``bytes``. Version 12
+    is the flexible layout (KIP-890), 3 to 7 the classic one. ``client_id`` is encoded.
+    """
+    flexible = version >= 9
+    head = bytearray(_SIZE_KEY_VERSION_ID.pack(0, _PRODUCE, version, correlation_id))
+    head += _INT16.pack(len(client_id))
+    head += client_id
+    if flexible:
+        head += NO_TAGS
+        head += compact_str(transactional_id)
+    elif transactional_id is None:
+        head += b"\xff\xff"  # a null string
+    else:
+        raw = transactional_id.encode()
+        head += _INT16.pack(len(raw))
+        head += raw
+    head += _ACKS_AND_TIMEOUT.pack(acks, timeout_ms)
+    head += uvarint(len(by_topic) + 1) if flexible else _INT32.pack(len(by_topic))
+    parts: list[bytes | memoryview] = []
+    size = 0
+    for topic, partitions in by_topic.items():
+        if flexible:
+            head += compact_str(topic)
+            head += uvarint(len(partitions) + 1)
+        else:
+            raw = topic.encode()
+            head += _INT16.pack(len(raw))
+            head += raw
+            head += _INT32.pack(len(partitions))
+        for partition, records in partitions:
+            length = len(records)
+            if flexible:
+                head += I32.pack(partition)
+                head += uvarint(length + 1)
+            else:
+                head += _PARTITION_AND_SIZE.pack(partition, length)
+            parts.append(bytes(head))
+            parts.append(records)
+            size += len(head) + length
+            head = bytearray(NO_TAGS) if flexible else bytearray()
+        if flexible:
+            head += NO_TAGS  # the topic's tags
+    if flexible:
+        head += NO_TAGS  # the request's tags
+    if head:
+        parts.append(bytes(head))
+        size += len(head)
+    first = bytearray(parts[0])
+    _INT32.pack_into(first, 0, size - 4)
+    parts[0] = bytes(first)
+    return parts
+
+
+def read_produce(version: int, body: bytes) -> ProduceResponse:
+    """A produce response's body (after its header), in the version it was asked in."""
+    if version >= 9:
+        return read_v12(Reader(body))
+    return _READERS[version](body)
+
+
+_READERS = {version: ProduceResponse.reader(version) for version in range(3, 8)}
+
+
+def answers_from(
+    response: ProduceResponse, batches: Sequence[tuple[TopicPartition, memoryview]]
+) -> ProduceAnswers:
+    """The sender's answers (one :class:`PartitionResponse` per batch) from a response."""
+    out = ProduceAnswers()
+    out.throttle_time_ms = int(response.throttle_time_ms or 0)
+    for topic, partitions in response.topics:
+        for info in partitions:
+            partition, code, offset, timestamp = info[0], info[1], info[2], info[3]
+            message: Any = info[6] if len(info) > 6 else None
+            error = (
+                broker_error_for_code(
+                    code, message, topic=topic, batch_bytes=_size_of(batches, topic, partition)
+                )
+                if code
+                else None
+            )
+            out[TopicPartition(topic, partition)] = PartitionResponse(
+                error, int(offset), int(timestamp)
+            )
+    return out
+
+
+def _size_of(
+    batches: Sequence[tuple[TopicPartition, memoryview]], topic: str, partition: int
+) -> int | None:
+    """Bytes of the batch sent to one partition, for an error's message (errors are rare: a
+    search, not a map built for every request)."""
+    for tp, records in batches:
+        if tp[1] == partition and tp[0] == topic:
+            return len(records)
+    return None

@@ -1,0 +1,651 @@
+"""The produce connection: aioaccum's own, an asyncio ``Protocol`` on one broker socket.
+
+Theory of operation
+-------------------
+* **Pipelined, no task per request.** A request is written at once and gets an entry (its
+  correlation id, deadline, reader and future) at the tail of a FIFO; a broker answers a
+  connection's requests in order, so each response belongs to the head, which is checked by
+  correlation id. ``data_received`` cuts frames and completes futures; nothing is scheduled per
+  request.
+* **One deadline structure.** One timer per connection, armed for the earliest deadline when
+  none is armed; completions never cancel it. When it fires it looks at the FIFO (at most
+  ``max_in_flight`` entries): a request past its deadline closes the connection (as Java's
+  NetworkClient does on a request timeout), failing everything in flight; otherwise it is
+  re-armed for the earliest deadline, or for the idle limit (``connections_max_idle_ms``).
+* **Scatter/gather.** A produce request is a list of buffers: the header and the small pieces
+  between batches as ``bytes``, each batch as the memoryview of its pooled buffer, handed to
+  ``transport.writelines`` (uvloop writes them with ``writev``; asyncio's selector loop joins
+  them on Python 3.11 and uses ``sendmsg`` from 3.12).
+* **Buffer lifetime (Java's KAFKA-19012).** A transport may keep references to the buffers it
+  could not send at once. The write-buffer limits are (0, 0): ``pause_writing`` is called as
+  soon as anything stays queued, ``resume_writing`` once the queue is empty (every byte given
+  to the kernel, or encrypted into TLS's own buffers). A request's future completes only when
+  (a) its response arrived (the broker had all its bytes, so the transport has none left), or
+  (b) for ``acks=0``, the transport is not paused after the write, else at ``resume_writing``,
+  or (c) the connection is lost: ``transport.abort()`` drops the queued buffers at once, and the
+  futures fail in ``connection_lost``, which comes after. A caller that gives up on a request
+  (cancelled) while the transport is paused aborts the connection before it returns, so its
+  buffers are never read again once the caller hands them back to the pool.
+* **Authentication.** ApiVersions first (the produce version: 3..7, or 12 for KIP-890
+  transactions); then SASL (:mod:`aioaccum._kafka.sasl`). Before writing a produce request
+  past the session's re-authentication time, the connection re-authenticates (KIP-368): the
+  exchange's requests queue behind those in flight, and produce requests arriving meanwhile
+  are held and written when it ends (or fail, never written, if it fails).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import random
+import socket
+import ssl
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import aiokafka.errors as kerr
+
+from aioaccum._core.cluster import TopicPartition
+from aioaccum._kafka import sasl
+from aioaccum._kafka.errors import translate
+from aioaccum._kafka.oauth import MECHANISM as OAUTHBEARER
+from aioaccum._kafka.oauth import OAuthBearerFailed
+from aioaccum._kafka.produce import (
+    PartitionResponse,
+    ProduceAnswers,
+    answers_from,
+    read_produce,
+    request_parts,
+)
+from aioaccum.errors import AioAccumError
+
+__all__ = ["ConnectionSettings", "ProduceConnection", "open_connection"]
+
+API_VERSIONS = 18
+PRODUCE = 0
+_CLASSIC_VERSIONS = (7, 6, 5, 4, 3)
+_TXN_VERSION = 12
+# Java's SaslClientAuthenticator: re-authenticate at 85% to 95% of the session lifetime.
+REAUTH_FACTOR = 0.85
+REAUTH_JITTER = 0.10
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_HEADER = struct.Struct(">ihhi")  # size, api key, version, correlation id
+_INF = float("inf")
+_CLOSE_WAIT_S = 1.0
+
+log = logging.getLogger(__name__)
+
+Batches = Sequence[tuple[TopicPartition, memoryview]]
+
+
+class ConnectionSettings:
+    """What every produce connection of one producer shares."""
+
+    __slots__ = (
+        "client_id",
+        "credentials",
+        "idle_timeout",
+        "request_timeout",
+        "socket_buffers",
+        "ssl_context",
+    )
+
+    def __init__(
+        self,
+        *,
+        client_id: str,
+        request_timeout: float,
+        idle_timeout: float = _INF,
+        ssl_context: ssl.SSLContext | None = None,
+        credentials: sasl.Credentials | None = None,
+        socket_buffers: Sequence[tuple[int, int]] = (),
+    ) -> None:
+        self.client_id = client_id
+        self.request_timeout = request_timeout
+        self.idle_timeout = idle_timeout
+        self.ssl_context = ssl_context
+        self.credentials = credentials
+        self.socket_buffers = socket_buffers
+
+
+class _Pending:
+    """One request written and not answered yet."""
+
+    __slots__ = ("correlation_id", "deadline", "flexible", "future", "read")
+
+    def __init__(
+        self,
+        correlation_id: int,
+        deadline: float,
+        read: Callable[[bytes], Any],
+        future: asyncio.Future[Any],
+        flexible: bool,
+    ) -> None:
+        self.correlation_id = correlation_id
+        self.deadline = deadline
+        self.read = read
+        self.future = future
+        self.flexible = flexible
+
+
+class _Held:
+    """A produce request that waits for a re-authentication to end before it is written."""
+
+    __slots__ = ("acks", "batches", "future", "timeout_ms", "transactional_id", "v12")
+
+    def __init__(
+        self,
+        future: asyncio.Future[Any],
+        acks: int,
+        timeout_ms: int,
+        batches: Batches,
+        transactional_id: str | None,
+        v12: bool,
+    ) -> None:
+        self.v12 = v12
+        self.future = future
+        self.acks = acks
+        self.timeout_ms = timeout_ms
+        self.batches = batches
+        self.transactional_id = transactional_id
+
+
+def _lost_error(where: str, possibly_written: bool, cause: BaseException | None) -> AioAccumError:
+    error = translate(kerr.KafkaConnectionError(f"connection to {where} lost: {cause!r}"))
+    error.possibly_written = possibly_written
+    return error
+
+
+class ProduceConnection(asyncio.Protocol):
+    """One connection to one broker for produce requests (see the module)."""
+
+    def __init__(self, where: str, settings: ConnectionSettings) -> None:
+        self.where = where
+        self._settings = settings
+        self._loop = asyncio.get_running_loop()
+        self._client_id = settings.client_id.encode()
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._pending: collections.deque[_Pending] = collections.deque()
+        # acks=0 requests and their answers, until the transport has let go of their buffers.
+        self._unflushed: list[tuple[asyncio.Future[Any], Any]] = []
+        self._held: list[_Held] = []
+        self._correlation = 0
+        self._paused = False
+        self._closing: AioAccumError | None = None
+        self._lost = False
+        self._gone: asyncio.Future[None] = self._loop.create_future()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = _INF
+        self._last_used = self._loop.time()
+        self._reauth_at = _INF
+        self._auth_task: asyncio.Task[None] | None = None
+        self._auth_version = 1
+        self.produce_versions: tuple[int, int] = (0, -1)
+        self.authentications = 0
+        self.reauthentications = 0
+
+    # --- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses; they have its methods.
+        self._transport = transport = cast(asyncio.Transport, transport)
+        # (0, 0): paused whenever a byte is queued, resumed once the queue is empty.
+        transport.set_write_buffer_limits(0, 0)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        done, self._unflushed = self._unflushed, []
+        for fut, answers in done:
+            if not fut.done():
+                fut.set_result(answers)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        pos = 0
+        end = len(buffer)
+        while end - pos >= 4:
+            size = _INT32.unpack_from(buffer, pos)[0]
+            if end - pos - 4 < size:
+                break
+            frame = bytes(buffer[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+            self._answer(frame)
+            if self._lost or self._closing is not None:
+                return
+        if pos:
+            del buffer[:pos]
+
+    def eof_received(self) -> bool | None:
+        return False  # close: a broker that stops writing is gone
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        if not self._gone.done():
+            self._gone.set_result(None)
+        self._transport = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        written = self._closing
+        if written is None:
+            written = _lost_error(self.where, True, exc)
+        pending, self._pending = self._pending, collections.deque()
+        for entry in pending:
+            _fail(entry.future, written)
+        unflushed, self._unflushed = self._unflushed, []
+        for fut, _ in unflushed:
+            _fail(fut, written)
+        held, self._held = self._held, []
+        for request in held:
+            _fail(request.future, _lost_error(self.where, False, exc))
+        if self._auth_task is not None:
+            self._auth_task.cancel()
+
+    # --- state
+
+    @property
+    def usable(self) -> bool:
+        return not self._lost and self._closing is None and self._transport is not None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    @property
+    def flushed(self) -> bool:
+        """Whether the transport holds no bytes of ours (nothing queued)."""
+        return not self._paused
+
+    def close(self, error: AioAccumError | None = None) -> None:
+        """Abort the connection: its queued bytes are dropped now, and what is in flight fails
+        (with ``error``, else a lost connection) in ``connection_lost``."""
+        if self._closing is None:
+            self._closing = error or _lost_error(self.where, True, None)
+        transport = self._transport
+        if transport is not None:
+            transport.abort()
+
+    async def wait_closed(self) -> None:
+        """Return once the transport has closed (after :meth:`close`: the next loop turns)."""
+        if self._transport is None and not self._lost:
+            return  # never connected
+        await asyncio.shield(self._gone)
+
+    # --- requests
+
+    def _next_id(self) -> int:
+        self._correlation = cid = (self._correlation + 1) & 0x7FFFFFFF
+        return cid
+
+    def _write(self, parts: list[bytes | memoryview]) -> None:
+        transport = self._transport
+        assert transport is not None
+        transport.writelines(parts)
+        self._last_used = self._loop.time()
+
+    def _expect(
+        self, cid: int, read: Callable[[bytes], Any], flexible: bool, fut: asyncio.Future[Any]
+    ) -> None:
+        deadline = self._loop.time() + self._settings.request_timeout
+        self._pending.append(_Pending(cid, deadline, read, fut, flexible))
+        if deadline < self._timer_at:
+            self._arm(deadline)
+
+    def call(self, api_key: int, version: int, body: bytes, read: Callable[[bytes], Any]
+             ) -> asyncio.Future[Any]:
+        """A request in the classic (non-flexible) format, header v1; its answer is
+        ``read(body of the response)``."""
+        if not self.usable:
+            fut = self._loop.create_future()
+            fut.set_exception(_lost_error(self.where, False, None))
+            return fut
+        cid = self._next_id()
+        header = _HEADER.pack(10 + len(self._client_id) + len(body), api_key, version, cid)
+        self._write([header + _INT16.pack(len(self._client_id)) + self._client_id + body])
+        fut = self._loop.create_future()
+        self._expect(cid, read, False, fut)
+        return fut
+
+    def produce(
+        self,
+        *,
+        acks: int,
+        timeout_ms: int,
+        batches: Batches,
+        transactional_id: str | None,
+        v12: bool,
+    ) -> asyncio.Future[Any]:
+        """Write one produce request; the future's result is the partitions' answers (for
+        ``acks=0``, once the transport has let go of the buffers)."""
+        fut = self._loop.create_future()
+        if not self.usable:
+            fut.set_exception(_lost_error(self.where, False, None))
+            return fut
+        try:
+            version = self._version(v12)
+        except AioAccumError as exc:
+            exc.possibly_written = False
+            fut.set_exception(exc)
+            return fut
+        if self._auth_task is not None or self._loop.time() >= self._reauth_at:
+            self._held.append(_Held(fut, acks, timeout_ms, batches, transactional_id, v12))
+            if self._auth_task is None:
+                self._start_reauthentication()
+            return fut
+        self._write_produce(fut, version, acks, timeout_ms, batches, transactional_id)
+        return fut
+
+    def _version(self, v12: bool) -> int:
+        low, high = self.produce_versions
+        if v12:
+            if low <= _TXN_VERSION <= high:
+                return _TXN_VERSION
+        else:
+            for version in _CLASSIC_VERSIONS:
+                if low <= version <= high:
+                    return version
+        raise translate(
+            kerr.IncompatibleBrokerVersion(
+                f"{self.where} offers produce versions {low}..{high}; aioaccum needs "
+                f"{_TXN_VERSION if v12 else '3..7'}"
+            )
+        )
+
+    def _write_produce(
+        self,
+        fut: asyncio.Future[Any],
+        version: int,
+        acks: int,
+        timeout_ms: int,
+        batches: Batches,
+        transactional_id: str | None,
+    ) -> None:
+        by_topic: dict[str, list[tuple[int, memoryview]]] = {}
+        for tp, records in batches:
+            found = by_topic.get(tp[0])
+            if found is None:
+                by_topic[tp[0]] = [(tp[1], records)]
+            else:
+                found.append((tp[1], records))
+        cid = self._next_id()
+        parts = request_parts(
+            version, cid, self._client_id, transactional_id, acks, timeout_ms, by_topic
+        )
+        self._write(parts)
+        if acks == 0:
+            # No answer comes: done once the transport holds none of the buffers.
+            answers = {tp: PartitionResponse(None, -1, -1) for tp, _ in batches}
+            if self._paused:
+                self._unflushed.append((fut, answers))
+            else:
+                fut.set_result(answers)
+            return
+
+        def read(body: bytes) -> ProduceAnswers:
+            return answers_from(read_produce(version, body), batches)
+
+        self._expect(cid, read, version >= 9, fut)
+
+    def abandon(self, fut: asyncio.Future[Any]) -> None:
+        """The caller stopped waiting for ``fut`` (cancelled) and may return the request's
+        buffers to the pool: if the transport may still hold them, the connection goes."""
+        if self._paused and self.usable:
+            self.close()
+
+    # --- answers
+
+    def _answer(self, frame: bytes) -> None:
+        pending = self._pending
+        if not pending:
+            self.close(self._protocol_error("an answer to no request"))
+            return
+        entry = pending.popleft()
+        cid = _INT32.unpack_from(frame, 0)[0]
+        if cid != entry.correlation_id:
+            pending.appendleft(entry)
+            self.close(self._protocol_error(
+                f"correlation id {cid} where {entry.correlation_id} was next"
+            ))
+            return
+        start = 4
+        if entry.flexible:
+            tags = frame[4]
+            start = 5
+            if tags:  # no response-header tag is defined; skip any (uvarint sizes, small)
+                for _ in range(tags):
+                    start += 1
+                    size = frame[start]
+                    start += 1 + size
+        try:
+            result = entry.read(frame[start:])
+        except Exception as exc:
+            pending.appendleft(entry)
+            self.close(self._protocol_error(f"an answer that cannot be read ({exc!r})"))
+            return
+        if not entry.future.done():
+            entry.future.set_result(result)
+        if not pending and self._timer is None:
+            self._arm(self._last_used + self._settings.idle_timeout)
+
+    def _protocol_error(self, what: str) -> AioAccumError:
+        return translate(kerr.CorrelationIdError(f"{self.where} sent {what}"))
+
+    # --- the deadline structure
+
+    def _arm(self, when: float) -> None:
+        if when == _INF:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self._loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = _INF
+        if not self.usable:
+            return
+        now = self._loop.time()
+        pending = self._pending
+        if pending:
+            earliest = min(entry.deadline for entry in pending)
+            if earliest <= now:
+                timeout_ms = self._settings.request_timeout * 1000
+                log.debug("a request to %s timed out after %.0f ms: closing the connection",
+                          self.where, timeout_ms)
+                error = translate(kerr.RequestTimedOutError(
+                    f"no answer from {self.where} within {timeout_ms:.0f} ms "
+                    "(request_timeout_ms)"
+                ))
+                error.possibly_written = True
+                self.close(error)
+                return
+            self._arm(earliest)
+        elif now - self._last_used >= self._settings.idle_timeout:
+            log.debug("closing the idle produce connection to %s", self.where)
+            self.close()
+        else:
+            self._arm(self._last_used + self._settings.idle_timeout)
+
+    # --- set-up and authentication
+
+    async def negotiate(self) -> None:
+        """ApiVersions, then SASL when configured (bounded by the request timeout each)."""
+        versions = await self.call(API_VERSIONS, 0, b"", _read_api_versions)
+        self.produce_versions = versions.get(PRODUCE, (0, -1))
+        self._auth_version = 1 if versions.get(sasl.AUTHENTICATE, (0, 0))[1] >= 1 else 0
+        if self._settings.credentials is not None:
+            await self._authenticate()
+
+    async def _authenticate(self) -> None:
+        credentials = self._settings.credentials
+        assert credentials is not None
+        started = self._loop.time()
+        again = self.authentications > 0
+        code, enabled = await self.call(
+            sasl.HANDSHAKE, 1, sasl.encode_handshake(credentials.mechanism), sasl.read_handshake
+        )
+        if code:
+            raise _mechanism_refused(credentials.mechanism, self.where, code, enabled)
+        version = self._auth_version
+
+        def exchange(token: bytes) -> asyncio.Future[sasl.AuthAnswer]:
+            return self.call(
+                sasl.AUTHENTICATE, version, sasl.encode_auth(token),
+                lambda body: sasl.read_auth(version, body),
+            )
+
+        lifetime_ms = await sasl.run_mechanism(credentials, exchange, self.where)
+        self.authentications += 1
+        self.reauthentications += again
+        if lifetime_ms > 0:
+            factor = REAUTH_FACTOR + REAUTH_JITTER * random.random()
+            self._reauth_at = started + lifetime_ms / 1000 * factor
+        else:
+            self._reauth_at = _INF
+        log.debug("%s %s with SASL %s; session lifetime %d ms",
+                  "re-authenticated with" if again else "authenticated to", self.where,
+                  credentials.mechanism, lifetime_ms)
+
+    def _start_reauthentication(self) -> None:
+        task = self._auth_task = self._loop.create_task(self._reauthenticate())
+        task.add_done_callback(_retrieve)
+
+    async def _reauthenticate(self) -> None:
+        try:
+            await self._authenticate()
+        except BaseException as exc:
+            error = exc if isinstance(exc, AioAccumError) else None
+            if error is None and isinstance(exc, (kerr.KafkaError, OSError, TimeoutError)):
+                error = translate(exc)
+            held, self._held = self._held, []
+            for request in held:
+                failure = error or _lost_error(self.where, False, exc)
+                failure.possibly_written = False
+                _fail(request.future, failure)
+            self._auth_task = None
+            self.close(error)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._auth_task = None
+        held, self._held = self._held, []
+        for request in held:
+            if request.future.done():
+                continue
+            try:
+                version = self._version(request.v12)
+            except AioAccumError as exc:
+                _fail(request.future, exc)
+                continue
+            self._write_produce(request.future, version, request.acks, request.timeout_ms,
+                                request.batches, request.transactional_id)
+
+
+def _mechanism_refused(mechanism: str, where: str, code: int, enabled: list[str]) -> Exception:
+    names = ", ".join(enabled) or "none"
+    text = (f"the listener at {where} does not accept SASL {mechanism} (error code {code}; it "
+            f"accepts: {names}); use a listener that has {mechanism} in "
+            "sasl.enabled.mechanisms, or change sasl_mechanism")
+    if mechanism == OAUTHBEARER:
+        return OAuthBearerFailed(text)
+    error: Exception = kerr.UnsupportedSaslMechanismError(text)
+    return error
+
+
+def _read_api_versions(body: bytes) -> dict[int, tuple[int, int]]:
+    code = _INT16.unpack_from(body, 0)[0]
+    if code:
+        raise kerr.UnsupportedVersionError(f"ApiVersions v0 refused (error code {code})")
+    count = _INT32.unpack_from(body, 2)[0]
+    found = {}
+    pos = 6
+    for _ in range(count):
+        key, low, high = struct.unpack_from(">hhh", body, pos)
+        found[key] = (low, high)
+        pos += 6
+    return found
+
+
+def _fail(fut: asyncio.Future[Any], error: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(error)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def open_connection(
+    host: str, port: int, settings: ConnectionSettings
+) -> ProduceConnection:
+    """A negotiated (and authenticated) produce connection, within the request timeout.
+
+    Raises:
+        AioAccumError: as :func:`aioaccum._kafka.errors.translate` makes them; never written.
+    """
+    loop = asyncio.get_running_loop()
+    where = f"{host}:{port}"
+    conn: ProduceConnection | None = None
+    try:
+        async with asyncio.timeout(settings.request_timeout):
+            ctx = settings.ssl_context
+            _, conn = await loop.create_connection(
+                lambda: ProduceConnection(where, settings), host, port,
+                ssl=ctx, server_hostname=host if ctx is not None else None,
+            )
+            _size_socket(conn, settings.socket_buffers)
+            await conn.negotiate()
+    except AioAccumError as exc:
+        await _discard(conn)
+        exc.possibly_written = False
+        raise
+    except (kerr.KafkaError, OSError, TimeoutError) as exc:
+        await _discard(conn)
+        if isinstance(exc, TimeoutError):
+            # A broker that does not answer in time is not ready, as a refused connection:
+            # retriable, and the metadata may be stale.
+            timeout_ms = settings.request_timeout * 1000
+            exc = kerr.KafkaConnectionError(f"no connection to {where} within {timeout_ms:.0f} ms")
+        error = translate(exc)
+        error.possibly_written = False
+        raise error from exc
+    except BaseException:
+        if conn is not None:
+            conn.close()
+        raise
+    return conn
+
+
+async def _discard(conn: ProduceConnection | None) -> None:
+    """Close a connection that failed its set-up, and let its transport finish closing (an
+    event loop closed before that finds the handle open); bounded, as every wait."""
+    if conn is None:
+        return
+    conn.close()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(conn.wait_closed(), _CLOSE_WAIT_S)
+
+
+def _size_socket(conn: ProduceConnection, buffers: Sequence[tuple[int, int]]) -> None:
+    transport = conn._transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for option, size in buffers:
+            sock.setsockopt(socket.SOL_SOCKET, option, size)
+    except OSError as exc:
+        log.warning("could not set the socket options of %s: %s", conn.where, exc)
