@@ -63,8 +63,10 @@ __all__ = [
     "OAuthClient",
     "TokenCache",
     "authenticate",
+    "challenge_status",
     "check_token",
     "client_first_message",
+    "token_refused",
 ]
 
 MECHANISM = "OAUTHBEARER"
@@ -313,19 +315,20 @@ async def authenticate(conn: Any, tokens: TokenCache) -> int:
     # aiokafka's DEBUG request log would show the token: _kafka.py redacts SaslAuthenticate.
     response = await conn.send(SaslAuthenticateRequest(client_first_message(token)))
     if response.error_code:
-        raise _refused(where, response.error_message)
+        raise token_refused(where, response.error_message)
     if response.sasl_auth_bytes:
         # RFC 7628 section 3.2.2: a refusal is a challenge holding a JSON status; the client
         # answers %x01 and the server then fails the exchange with the same status.
-        status = _status(response.sasl_auth_bytes)
+        status = challenge_status(response.sasl_auth_bytes)
         with contextlib.suppress(kerr.KafkaError, TimeoutError, OSError):
             final = await conn.send(SaslAuthenticateRequest(_KVSEP))
             status = final.error_message or status
-        raise _refused(where, status)
+        raise token_refused(where, status)
     return int(getattr(response, "session_lifetime_ms", 0))
 
 
-def _status(challenge: bytes) -> str:
+def challenge_status(challenge: bytes) -> str:
+    """What a broker's error challenge says, for a message (it is JSON when well formed)."""
     try:
         found = json.loads(challenge)
     except ValueError:
@@ -333,7 +336,8 @@ def _status(challenge: bytes) -> str:
     return json.dumps(found) if isinstance(found, dict) else "an error challenge"
 
 
-def _refused(where: str, message: str | None) -> OAuthBearerFailed:
+def token_refused(where: str, message: str | None) -> OAuthBearerFailed:
+    """The error for a token the broker refused, with what to check."""
     return OAuthBearerFailed(
         f"SASL {MECHANISM} authentication with {where} failed: the broker refused the token "
         f"({message or 'no reason given'}); {_ADVICE}"

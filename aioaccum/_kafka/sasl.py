@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import secrets
 import struct
 from collections.abc import Awaitable, Callable
@@ -28,7 +27,12 @@ from typing import NamedTuple
 import aiokafka.errors as kerr
 
 from aioaccum._kafka.oauth import MECHANISM as OAUTHBEARER
-from aioaccum._kafka.oauth import OAuthBearerFailed, TokenCache, client_first_message
+from aioaccum._kafka.oauth import (
+    TokenCache,
+    challenge_status,
+    client_first_message,
+    token_refused,
+)
 
 __all__ = [
     "AUTHENTICATE",
@@ -203,27 +207,13 @@ async def _oauthbearer(credentials: Credentials, exchange: Exchange, where: str)
     token = await credentials.tokens.current()
     answer = await exchange(client_first_message(token))
     if answer.error_code:
-        raise _refused(where, answer.error_message)
+        raise token_refused(where, answer.error_message)
     if answer.auth_bytes:
         # RFC 7628 section 3.2.2: a refusal is a challenge holding a JSON status; the client
         # answers %x01 and the server then fails the exchange.
-        status = _status(answer.auth_bytes)
+        status = challenge_status(answer.auth_bytes)
         final = await exchange(_KVSEP)
-        raise _refused(where, final.error_message or status)
+        raise token_refused(where, final.error_message or status)
     return answer.session_lifetime_ms
 
 
-def _status(challenge: bytes) -> str:
-    try:
-        found = json.loads(challenge)
-    except ValueError:
-        return "an error challenge that is not JSON"
-    return json.dumps(found) if isinstance(found, dict) else "an error challenge"
-
-
-def _refused(where: str, message: str | None) -> OAuthBearerFailed:
-    return OAuthBearerFailed(
-        f"SASL {OAUTHBEARER} authentication with {where} failed: the broker refused the token "
-        f"({message or 'no reason given'}); check the token sasl_oauth_token_provider returns "
-        "(its expiry, and the issuer, audience and scope the listener's validator expects)"
-    )
