@@ -22,16 +22,21 @@ def socket_buffer_sizes(producer: Producer) -> list[tuple[int, int]]:
     """(SO_SNDBUF, SO_RCVBUF) of each open broker connection, as the kernel reports them."""
     adapter = producer._kafka
     assert isinstance(adapter, AioKafkaAdapter)
-    sizes = []
-    for conn in adapter.client._conns.values():
-        sock = conn._writer.get_extra_info("socket")
-        sizes.append(
-            (
-                sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
-                sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
-            )
+    sockets = [conn._writer.get_extra_info("socket") for conn in adapter.client._conns.values()]
+    # Produce requests go on aioaccum's own connections, one per leader.
+    produce = adapter.produce_connections
+    assert produce is not None
+    for conn in produce._conns.values():
+        transport = conn._transport
+        if transport is not None:
+            sockets.append(transport.get_extra_info("socket"))
+    return [
+        (
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
         )
-    return sizes
+        for sock in sockets
+    ]
 
 
 @pytest.mark.any_loop
