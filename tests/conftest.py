@@ -136,15 +136,20 @@ async def any_loop() -> str:
 # --- the cluster ---------------------------------------------------------------------------
 
 
-def _kafka_script(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def _run_script(script: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """One of the project's service scripts (scripts/kafka, scripts/registry), its output kept."""
     return subprocess.run(
-        [sys.executable, str(KAFKA_SCRIPT), *args],
+        [sys.executable, str(script), *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
     )
+
+
+def _kafka_script(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return _run_script(KAFKA_SCRIPT, *args, timeout=timeout)
 
 
 @pytest.fixture(scope="session")
@@ -208,14 +213,7 @@ def _kafka_marker_gate(request: pytest.FixtureRequest) -> None:
 
 
 def _registry_script(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(REGISTRY_SCRIPT), *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return _run_script(REGISTRY_SCRIPT, *args, timeout=timeout)
 
 
 @pytest.fixture(scope="session")
