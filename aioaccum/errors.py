@@ -16,6 +16,10 @@ __all__ = [
     "ConfigError",
     "DeliveryTimeoutError",
     "InvalidTxnStateError",
+    "JournalCorruptError",
+    "JournalError",
+    "JournalFullError",
+    "JournalLockedError",
     "ProducerClosedError",
     "ProducerFailedError",
     "ProducerFencedError",
@@ -220,3 +224,21 @@ class ProducerFencedError(TransactionFatalError):
 class TransactionAbortedError(TransactionError):
     """A record's outcome when its transaction was aborted before the record was sent (Java's
     ``TransactionAbortedException``): it was never written."""
+
+
+class JournalError(AioAccumError):
+    """The write-ahead journal (``journal_dir``) cannot be used: the folder, a segment or the
+    disk refused an operation. The message names the path and the fix."""
+
+
+class JournalLockedError(JournalError):
+    """Another producer writes to the same ``journal_dir``; the message names its pid."""
+
+
+class JournalFullError(JournalError, ProducerTimeoutError):
+    """The journal holds ``journal_max_bytes`` of records without outcome, or the disk is full,
+    and no room came free within ``max_block_ms``."""
+
+
+class JournalCorruptError(JournalError):
+    """A journal entry failed its CRC check in the middle of a segment; it was not sent."""

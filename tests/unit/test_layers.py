@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("aioaccum.errors", "aioaccum.oauth", "aioaccum._compiled", "aioaccum._speedups")),
     ("core", ("aioaccum._core",)),
     ("config", ("aioaccum.config",)),
+    ("journal", ("aioaccum._journal",)),
     ("kafka", ("aioaccum._kafka",)),
     ("runtime", ("aioaccum._runtime",)),
     (

@@ -1,0 +1,393 @@
+"""The journal folder: segments in order, what is still owed, and recovery after a crash.
+
+Records get journal sequence numbers in the order they are accepted, across all partitions.
+Each record is owed until a DONE entry covers it; a segment is deleted once it owes nothing and
+every older segment is gone. Deleting only from the oldest end keeps one rule true: a DONE
+entry always lies in the same or a later segment than its records, so no deletion can bring
+a settled record back at the next recovery.
+
+Outcomes must be reported per partition in the order the records were accepted (what an
+idempotent producer's in-order delivery gives), because a DONE counts records off the front of
+the partition's owed runs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aioaccum._journal import entries
+from aioaccum._journal.entries import ENTRY_HEADER, SEGMENT_HEADER, Done, Record, Seal
+from aioaccum._journal.lock import FolderLock
+from aioaccum._journal.segment import SUFFIX, Problem, Segment, is_disk_full
+from aioaccum.errors import JournalError, JournalFullError, RecordTooLargeError
+
+__all__ = ["Journal", "JournaledRecord", "Recovery"]
+
+Header = tuple[str, bytes | None]
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class JournaledRecord:
+    """A record read back at recovery, owed to Kafka."""
+
+    seq: int
+    topic: str
+    partition: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SealedBatch:
+    """Owed records of one partition that were sealed into a batch before the crash."""
+
+    topic: str
+    partition: int
+    first_seq: int
+    last_seq: int
+    count: int
+    producer_id: int
+    epoch: int
+    base_sequence: int
+
+
+@dataclass(slots=True)
+class Recovery:
+    """What :meth:`Journal.open` found in the folder.
+
+    Attributes:
+        records: The owed records, in acceptance order.
+        sealed: The batches some of those records were sealed into, in journal order.
+        problems: Bad entries: torn tails (cut off) and corruption (skipped, never sent).
+        segments: Segment files read.
+    """
+
+    records: list[JournaledRecord] = field(default_factory=list)
+    sealed: list[SealedBatch] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    segments: int = 0
+
+    @property
+    def torn_entries(self) -> int:
+        return sum(1 for p in self.problems if p.torn)
+
+    @property
+    def corrupt_entries(self) -> list[Problem]:
+        return [p for p in self.problems if not p.torn]
+
+
+class _Run:
+    """Consecutive owed records of one partition that lie in one segment."""
+
+    __slots__ = ("count", "segment")
+
+    def __init__(self, segment: Segment, count: int) -> None:
+        self.segment = segment
+        self.count = count
+
+
+class Journal:
+    """An open journal folder, held by this process alone.
+
+    Use :meth:`open`; then :meth:`append` per accepted record, :meth:`seal` when a batch gets
+    its producer state, :meth:`done` when records have their outcome, :meth:`close` at the end.
+    Not thread-safe: the caller serialises calls (the producer's pool lock does).
+    """
+
+    def __init__(self, folder: Path, segment_bytes: int, max_bytes: int) -> None:
+        self.folder = folder
+        self.segment_bytes = segment_bytes
+        self.max_bytes = max_bytes
+        self._lock = FolderLock(folder)
+        self._segments: deque[Segment] = deque()
+        self._topic_ids: dict[str, int] = {}
+        self._topic_names: dict[int, str] = {}
+        # Per partition: runs of owed records by segment, oldest first.
+        self._owed: dict[TopicPartition, deque[_Run]] = {}
+        self._next_seq = 0
+        self.recovery = Recovery()
+
+    # --- opening
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike[str], *, segment_bytes: int,
+             max_bytes: int) -> Journal:
+        """Lock ``folder`` (made if missing), read what it holds, and be ready to append.
+
+        Raises:
+            JournalLockedError: Another producer holds the folder.
+            JournalError: The folder cannot be made, read or written.
+        """
+        path = Path(folder)
+        if segment_bytes > max_bytes:
+            raise JournalError(
+                f"journal_segment_bytes={segment_bytes} exceeds journal_max_bytes={max_bytes};"
+                f" raise journal_max_bytes or lower the segment size"
+            )
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise JournalError(
+                f"cannot make journal_dir {path}: {exc.strerror}; point it at a writable folder"
+            ) from exc
+        journal = cls(path, segment_bytes, max_bytes)
+        journal._lock.acquire()
+        try:
+            journal._recover()
+            if not os.access(path, os.W_OK):
+                raise JournalError(f"journal_dir {path} is not writable; fix its permissions")
+        except BaseException:
+            journal.close()
+            raise
+        return journal
+
+    def _recover(self) -> None:
+        names = sorted(p for p in self.folder.iterdir() if p.name.endswith(SUFFIX))
+        records: dict[int, tuple[Record, Segment]] = {}
+        seals: list[Seal] = []
+        settled: list[Done] = []
+        recovery = self.recovery
+        for index, path in enumerate(names):
+            try:
+                segment = Segment.open_existing(path)
+            except (OSError, ValueError) as exc:
+                raise JournalError(
+                    f"cannot read journal segment {path}: {exc}; move the file aside to start "
+                    f"without its records"
+                ) from exc
+            self._segments.append(segment)
+            recovery.segments += 1
+            for kind, payload in segment.scan(recovery.problems, last=index == len(names) - 1):
+                try:
+                    entry = entries.decode(kind, payload)
+                except entries.EntryError as exc:
+                    recovery.problems.append(Problem(path.name, -1, False, str(exc), 0))
+                    continue
+                if kind == entries.TOPIC:
+                    topic_id, name = entry  # type: ignore[misc]
+                    self._topic_ids[name] = topic_id
+                    self._topic_names[topic_id] = name
+                elif kind == entries.RECORD:
+                    assert isinstance(entry, Record)
+                    records[entry.seq] = (entry, segment)
+                    self._next_seq = max(self._next_seq, entry.seq + 1)
+                elif kind == entries.SEAL:
+                    assert isinstance(entry, Seal)
+                    seals.append(entry)
+                else:
+                    assert isinstance(entry, Done)
+                    settled.append(entry)
+        # Owed sequence numbers per (topic id, partition), ascending (segments are read in
+        # order, and entries within one in order), so each DONE removes a slice.
+        by_partition: dict[tuple[int, int], list[int]] = {}
+        for seq in sorted(records):
+            record = records[seq][0]
+            by_partition.setdefault((record.topic_id, record.partition), []).append(seq)
+        for done in settled:
+            seqs = by_partition.get((done.topic_id, done.partition))
+            if seqs:
+                lo = bisect.bisect_left(seqs, done.first_seq)
+                hi = bisect.bisect_right(seqs, done.last_seq)
+                for seq in seqs[lo:hi]:
+                    del records[seq]
+                del seqs[lo:hi]
+        for seq in sorted(records):
+            record, segment = records[seq]
+            topic = self._topic_names.get(record.topic_id)
+            if topic is None:
+                recovery.problems.append(Problem(
+                    segment.path.name, -1, False,
+                    f"record {seq} names topic id {record.topic_id}, which no entry defines", 0))
+                continue
+            recovery.records.append(JournaledRecord(
+                seq, topic, record.partition, record.timestamp, record.key, record.value,
+                record.headers))
+            self._owe((topic, record.partition), segment, 1)
+        owed_seqs = {r.seq for r in recovery.records}
+        # A batch re-stamped (a new epoch or sequence) is sealed again: the last seal counts.
+        latest: dict[tuple[int, int, int], Seal] = {}
+        for seal in seals:
+            if seal.first_seq in owed_seqs and seal.topic_id in self._topic_names:
+                latest[(seal.topic_id, seal.partition, seal.first_seq)] = seal
+        recovery.sealed = [
+            SealedBatch(self._topic_names[s.topic_id], s.partition, s.first_seq, s.last_seq,
+                        s.records, s.producer_id, s.epoch, s.base_sequence)
+            for s in latest.values()
+        ]
+        # Appends continue in the newest segment, after its last sound entry (a torn tail was
+        # zeroed; a segment with corruption was closed to appends by its scan).
+        for segment in list(self._segments)[:-1]:
+            segment.retire()
+        self._drop_settled_segments()
+
+    # --- writing
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    def bytes_on_disk(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header] = (),
+    ) -> int:
+        """Journal one accepted record; returns its sequence number.
+
+        Raises:
+            JournalFullError: A new segment is needed and ``max_bytes`` is reached (wait for
+                outcomes to free segments, then call again) or the disk is full.
+            RecordTooLargeError: The record cannot fit in any segment.
+            JournalError: The disk refused the write for another reason.
+        """
+        seq = self._next_seq
+        topic_id = self._topic_id(topic)
+        payload = entries.encode_record(seq, topic_id, partition, timestamp, key, value,
+                                        headers)
+        segment = self._writable(len(payload) + len(topic) + 2 * ENTRY_HEADER.size + 4,
+                                 owed=True)
+        self._define(segment, topic_id)
+        segment.append(entries.RECORD, payload)
+        self._next_seq = seq + 1
+        self._owe((topic, partition), segment, 1)
+        return seq
+
+    def seal(self, topic: str, partition: int, first_seq: int, last_seq: int, count: int,
+             producer_id: int, epoch: int, base_sequence: int) -> None:
+        """Journal that records of a partition went into a batch under this producer state."""
+        topic_id = self._topic_id(topic)
+        payload = entries.encode_seal(Seal(first_seq, last_seq, topic_id, partition, count,
+                                           producer_id, epoch, base_sequence))
+        segment = self._writable(len(payload) + len(topic) + 2 * ENTRY_HEADER.size + 4,
+                                 owed=False)
+        self._define(segment, topic_id)
+        segment.append(entries.SEAL, payload)
+
+    def done(self, topic: str, partition: int, first_seq: int, last_seq: int,
+             count: int) -> None:
+        """Journal that ``count`` records of a partition have their outcome, and forget them.
+
+        Segments that owe nothing any more are deleted, oldest first.
+        """
+        topic_id = self._topic_id(topic)
+        payload = entries.encode_done(Done(first_seq, last_seq, topic_id, partition, count))
+        segment = self._writable(len(payload) + len(topic) + 2 * ENTRY_HEADER.size + 4,
+                                 owed=False)
+        self._define(segment, topic_id)
+        segment.append(entries.DONE, payload)
+        self._settle((topic, partition), count)
+        self._drop_settled_segments()
+
+    def sync(self) -> None:
+        """Make everything written so far survive a power loss (``fdatasync`` per segment
+        written since the last sync; the newest is the one that matters in practice)."""
+        for segment in self._segments:
+            segment.sync()
+
+    def close(self) -> None:
+        for segment in self._segments:
+            segment.close()
+        self._segments.clear()
+        self._lock.release()
+
+    # --- internals
+
+    def _topic_id(self, topic: str) -> int:
+        topic_id = self._topic_ids.get(topic)
+        if topic_id is None:
+            topic_id = len(self._topic_names)
+            while topic_id in self._topic_names:
+                topic_id += 1
+            self._topic_ids[topic] = topic_id
+            self._topic_names[topic_id] = topic
+        return topic_id
+
+    def _define(self, segment: Segment, topic_id: int) -> None:
+        if topic_id not in segment.topics:
+            segment.append(entries.TOPIC,
+                           entries.encode_topic(topic_id, self._topic_names[topic_id]))
+            segment.topics.add(topic_id)
+
+    def _writable(self, needed: int, *, owed: bool) -> Segment:
+        if self._segments and self._segments[-1].room() >= needed:
+            return self._segments[-1]
+        if needed > self.segment_bytes - SEGMENT_HEADER.size - ENTRY_HEADER.size:
+            raise RecordTooLargeError(
+                f"a journal entry of {needed} bytes does not fit in a segment of "
+                f"journal_segment_bytes={self.segment_bytes}; raise journal_segment_bytes"
+            )
+        # Outcomes and seals may pass max_bytes by a segment: refusing them would keep the
+        # journal full for ever, since only they free room.
+        if owed and self.bytes_on_disk() + self.segment_bytes > self.max_bytes:
+            raise JournalFullError(
+                f"the journal in {self.folder} holds {self.bytes_on_disk()} bytes in "
+                f"{len(self._segments)} segment(s) of records without outcome, at "
+                f"journal_max_bytes={self.max_bytes}; is the cluster reachable?"
+            )
+        try:
+            segment = Segment.create(self.folder, self._next_seq, self.segment_bytes)
+        except FileExistsError:
+            # A segment that recovery gave up on starts at the same number: take the next.
+            self._next_seq += 1
+            return self._writable(needed, owed=owed)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise JournalFullError(
+                    f"the disk under {self.folder} has no room for a journal segment of "
+                    f"{self.segment_bytes} bytes ({exc.strerror}); free disk space or lower "
+                    f"journal_segment_bytes"
+                ) from exc
+            raise JournalError(
+                f"cannot create a journal segment in {self.folder}: {exc.strerror}"
+            ) from exc
+        if self._segments:
+            self._segments[-1].retire()
+        self._segments.append(segment)
+        return segment
+
+    def _owe(self, tp: TopicPartition, segment: Segment, count: int) -> None:
+        segment.records += count
+        runs = self._owed.get(tp)
+        if runs is None:
+            runs = self._owed[tp] = deque()
+        if runs and runs[-1].segment is segment:
+            runs[-1].count += count
+        else:
+            runs.append(_Run(segment, count))
+
+    def _settle(self, tp: TopicPartition, count: int) -> None:
+        runs = self._owed.get(tp)
+        while count > 0 and runs:
+            run = runs[0]
+            taken = min(run.count, count)
+            run.segment.records -= taken
+            count -= taken
+            run.count -= taken
+            if not run.count:
+                runs.popleft()
+        if runs is not None and not runs:
+            del self._owed[tp]
+        if count:
+            raise JournalError(
+                f"{count} outcome(s) for {tp[0]}-{tp[1]} have no journaled record; the "
+                f"journal's accounting is broken"
+            )
+
+    def _drop_settled_segments(self) -> None:
+        # The newest stays: it is where the next entry goes (unless recovery cut it).
+        while len(self._segments) > 1 and self._segments[0].records == 0:
+            self._segments.popleft().delete()
