@@ -84,16 +84,6 @@ class Recovery:
         return [p for p in self.problems if not p.torn]
 
 
-class _Run:
-    """Consecutive owed records of one partition that lie in one segment."""
-
-    __slots__ = ("count", "segment")
-
-    def __init__(self, segment: Segment, count: int) -> None:
-        self.segment = segment
-        self.count = count
-
-
 class Journal:
     """An open journal folder, held by this process alone.
 
@@ -108,10 +98,12 @@ class Journal:
         self.max_bytes = max_bytes
         self._lock = FolderLock(folder)
         self._segments: deque[Segment] = deque()
+        self._head: Segment | None = None  # the newest segment, where entries go
         self._topic_ids: dict[str, int] = {}
         self._topic_names: dict[int, str] = {}
-        # Per partition: runs of owed records by segment, oldest first.
-        self._owed: dict[TopicPartition, deque[_Run]] = {}
+        # Per partition: the segments holding its owed records, oldest first (each segment
+        # counts them in ``Segment.owed``).
+        self._owed: dict[TopicPartition, deque[Segment]] = {}
         self._next_seq = 0
         self.recovery = Recovery()
 
@@ -226,6 +218,7 @@ class Journal:
         # zeroed; a segment with corruption was closed to appends by its scan).
         for segment in list(self._segments)[:-1]:
             segment.retire()
+        self._head = self._segments[-1] if self._segments else None
         self._drop_settled_segments()
 
     # --- writing
@@ -255,6 +248,22 @@ class Journal:
             JournalError: The disk refused the write for another reason.
         """
         seq = self._next_seq
+        segment = self._head
+        # The usual case, kept short: the newest segment knows the topic and has room.
+        if segment is not None:
+            topic_id = self._topic_ids.get(topic, -1)
+            if topic_id in segment.topics and segment.writer.append_record(
+                seq, topic_id, partition, timestamp, key, value, headers
+            ):
+                self._next_seq = seq + 1
+                segment.records += 1
+                tp = (topic, partition)
+                owed = segment.owed.get(tp)
+                if owed is None:
+                    self._owe(tp, segment, 1)
+                else:
+                    segment.owed[tp] = owed + 1
+                return seq
         topic_id = self._topic_id(topic)
         payload = entries.encode_record(seq, topic_id, partition, timestamp, key, value,
                                         headers)
@@ -302,6 +311,7 @@ class Journal:
         for segment in self._segments:
             segment.close()
         self._segments.clear()
+        self._head = None
         self._lock.release()
 
     # --- internals
@@ -357,29 +367,35 @@ class Journal:
         if self._segments:
             self._segments[-1].retire()
         self._segments.append(segment)
+        self._head = segment
         return segment
 
     def _owe(self, tp: TopicPartition, segment: Segment, count: int) -> None:
         segment.records += count
-        runs = self._owed.get(tp)
-        if runs is None:
-            runs = self._owed[tp] = deque()
-        if runs and runs[-1].segment is segment:
-            runs[-1].count += count
+        owed = segment.owed.get(tp)
+        if owed is None:
+            segment.owed[tp] = count
+            holders = self._owed.get(tp)
+            if holders is None:
+                holders = self._owed[tp] = deque()
+            holders.append(segment)
         else:
-            runs.append(_Run(segment, count))
+            segment.owed[tp] = owed + count
 
     def _settle(self, tp: TopicPartition, count: int) -> None:
-        runs = self._owed.get(tp)
-        while count > 0 and runs:
-            run = runs[0]
-            taken = min(run.count, count)
-            run.segment.records -= taken
+        holders = self._owed.get(tp)
+        while count > 0 and holders:
+            segment = holders[0]
+            owed = segment.owed[tp]
+            taken = min(owed, count)
+            segment.records -= taken
             count -= taken
-            run.count -= taken
-            if not run.count:
-                runs.popleft()
-        if runs is not None and not runs:
+            if taken == owed:
+                del segment.owed[tp]
+                holders.popleft()
+            else:
+                segment.owed[tp] = owed - taken
+        if holders is not None and not holders:
             del self._owed[tp]
         if count:
             raise JournalError(

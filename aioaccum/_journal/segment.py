@@ -14,12 +14,13 @@ import contextlib
 import errno
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from aioaccum._journal import entries
 from aioaccum._journal.entries import ENTRY_HEADER, SEGMENT_HEADER
+from aioaccum._journal.writer import EntryWriter
 
 __all__ = ["Problem", "Segment", "segment_name"]
 
@@ -52,7 +53,8 @@ class Segment:
     """A segment file open for reading and, when it is the newest, for appending."""
 
     __slots__ = (
-        "_dirty", "_fd", "_map", "first_seq", "path", "records", "size", "topics", "write_pos",
+        "_fd", "_map", "_synced", "first_seq", "owed", "path", "records", "size", "topics",
+        "writer",
     )
 
     def __init__(self, path: Path, fd: int, size: int, first_seq: int) -> None:
@@ -61,13 +63,15 @@ class Segment:
         self.size = size
         self.first_seq = first_seq
         self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        self.write_pos = SEGMENT_HEADER.size
-        # Written since the last sync (a retired segment still needs one, by path).
-        self._dirty = False
+        self.writer = EntryWriter(self._map, SEGMENT_HEADER.size, size)
+        # Where the last sync left the writer (a retired segment still needs one, by path).
+        self._synced = SEGMENT_HEADER.size
         # Topic ids this segment has defined (a TOPIC entry precedes their first use in it).
         self.topics: set[int] = set()
-        # Records in this segment that have no outcome yet; the segment goes when none remain.
+        # Records in this segment that have no outcome yet, in all and per partition; the
+        # segment goes when none remain.
         self.records = 0
+        self.owed: dict[tuple[str, int], int] = {}
 
     @classmethod
     def create(cls, folder: Path, first_seq: int, size: int) -> Segment:
@@ -115,28 +119,31 @@ class Segment:
 
     # --- writing
 
+    @property
+    def write_pos(self) -> int:
+        return int(self.writer.pos)
+
     def room(self) -> int:
         """Payload bytes the next entry may have."""
         if self._fd < 0:
-            return -1
+            return -1  # retired
         return self.size - self.write_pos - ENTRY_HEADER.size
 
-    def append(self, kind: int, payload: bytes) -> None:
-        """Write one entry; the caller checked :meth:`room`."""
-        pos = self.write_pos
-        start = pos + ENTRY_HEADER.size
-        end = start + len(payload)
-        # Payload first and header last: a crash in between leaves zeros where the header
-        # goes, which reads as the end of the segment, never as a half-written entry.
-        self._map[start:end] = payload
-        ENTRY_HEADER.pack_into(self._map, pos, len(payload), entries.entry_crc(kind, payload),
-                               kind)
-        self.write_pos = end
-        self._dirty = True
+    def append(self, kind: int, payload: bytes) -> bool:
+        """Write one entry; False when it does not fit."""
+        return bool(self.writer.append(kind, payload))
+
+    def append_record(self, seq: int, topic_id: int, partition: int, timestamp: int,
+                      key: bytes | None, value: bytes | None,
+                      headers: Sequence[tuple[str, bytes | None]]) -> bool:
+        """Write one RECORD entry; False when it does not fit."""
+        return bool(self.writer.append_record(seq, topic_id, partition, timestamp, key, value,
+                                              headers))
 
     def sync(self) -> None:
         """Push written entries to the disk (``fdatasync`` reaches pages written by the map)."""
-        if not self._dirty:
+        written = self.write_pos
+        if written == self._synced:
             return
         if self._fd >= 0:
             os.fdatasync(self._fd)
@@ -146,7 +153,7 @@ class Segment:
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
-        self._dirty = False
+        self._synced = written
 
     @property
     def retired(self) -> bool:
@@ -157,10 +164,10 @@ class Segment:
         descriptors (a long outage can leave thousands). Its pages stay in the page cache;
         :meth:`sync` still reaches them by path."""
         if self._fd >= 0:
+            self.writer.release()
             self._map.close()
             os.close(self._fd)
             self._fd = -1
-            self.write_pos = self.size
 
     # --- reading
 
@@ -208,7 +215,7 @@ class Segment:
             # Nothing trustworthy after this point: never append behind unreadable bytes.
             pos = limit
             break
-        self.write_pos = pos
+        self.writer.pos = pos
 
     def _entry_follows(self, pos: int) -> bool:
         if pos + ENTRY_HEADER.size > self.size:
@@ -237,6 +244,7 @@ class Segment:
 
     def close(self) -> None:
         if self._fd >= 0:
+            self.writer.release()
             self._map.close()
             os.close(self._fd)
             self._fd = -1

@@ -241,3 +241,31 @@ def test_a_full_disk_is_a_typed_error_on_append(tmp_path: Path) -> None:
     assert 50 <= int(count) <= 70  # the first segment's worth, then the refusal
     assert "no room for a journal segment" in message
     assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] != 32_768
+
+
+@pytest.mark.parametrize("headers", [(), (("trace", b"\x00\x01"), ("empty", None), ("é", b""))])
+@pytest.mark.parametrize(("key", "value"), [(None, None), (b"", b""), (b"k" * 300, b"v" * 5000)])
+def test_both_writers_write_the_same_bytes(
+    key: bytes | None, value: bytes | None, headers: tuple[tuple[str, bytes | None], ...],
+) -> None:
+    import mmap
+
+    from aioaccum._journal.writer import EntryWriter, PyEntryWriter
+
+    maps = [mmap.mmap(-1, 16384) for _ in range(2)]
+    for cls, mm in zip((EntryWriter, PyEntryWriter), maps, strict=True):
+        writer = cls(mm, 16, 16384)
+        assert writer.append_record(7, 3, 11, -5, key, value, headers)
+        assert writer.append(entries.DONE, b"done-payload")
+        # An entry that does not fit leaves the map and the position as they were.
+        pos = writer.pos
+        assert not writer.append(entries.RECORD, b"x" * 20000)
+        assert not writer.append_record(8, 3, 11, 0, None, b"x" * 20000, ())
+        assert writer.pos == pos
+        writer.release()
+    assert maps[0][:] == maps[1][:]
+    length, crc, kind = ENTRY_HEADER.unpack_from(maps[0], 16)
+    payload = bytes(maps[0][16 + ENTRY_HEADER.size:16 + ENTRY_HEADER.size + length])
+    assert kind == entries.RECORD
+    assert crc == entries.entry_crc(kind, payload)
+    assert entries.decode(kind, payload) == entries.Record(7, 3, 11, -5, key, value, headers)
