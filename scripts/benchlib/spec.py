@@ -2,9 +2,11 @@
 
 Every contender of a workload gets the same acks, batch size, linger, compression, buffer memory
 and idempotence (each mapped to that client's own names in ``clients`` and ``contenders``).
-Workloads with ``acks=1`` turn idempotence off for all clients; the ``acks=all`` workload turns
+Workloads with ``acks=1`` turn idempotence off for all clients; the ``acks=all`` workloads turn
 it on for all of them: every client's own default differs (Java and aioaccum on, librdkafka and
-aiokafka off), and a mixed field would compare different guarantees.
+aiokafka off), and a mixed field would compare different guarantees. The one exception is the
+``defaults`` workload, which sets only acks and idempotence and leaves batch size, linger and
+buffer memory at each client's own default (None here): what a user who sets nothing meets.
 
 The partition-scaling workloads spread records the same way for every contender: record ``i``
 goes to topic ``i % topics`` of the run (``topic_names``) and, when keyed, carries key
@@ -212,9 +214,10 @@ WORKLOADS: dict[str, Workload] = {
 # this project's 2-core machine: one run of 100b-16k by the seven clients takes about 4 minutes
 # there (the slowest clients need a minute each), and the memory-bound run takes 7 x 30 s once.
 # aioaccum's two further ways of waiting (gather, wait_all) run the one-sender workloads only,
-# each about as long as `aioaccum`: a few minutes more. `--all` runs every workload: about an
-# hour there without the partition-scaling ones, which add hours (a run of keyed-6000p or
-# topics-1000 takes one to several minutes per client).
+# each about as long as `aioaccum`: a few minutes more, and `aioaccum-sync` as much again.
+# `--all` runs every workload: well over an hour there without the partition-scaling ones, which
+# add hours (a run of keyed-6000p or topics-1000 takes one to several minutes per client); the
+# `defaults*` ones need 3 brokers and are left out, saying so, on fewer.
 DEFAULT_WORKLOADS = ("100b-16k", "1k-16k", "contention", "memory-bound")
 # The partition-scaling ones (keyed-*, topics-1000) run when named, or with --all.
 
