@@ -9,6 +9,9 @@
     scripts/bench --quick --bootstrap H:P      CI smoke run (< 60 s)
     scripts/bench --brokers 3 --workload keyed-6p,keyed-600p,keyed-6000p,topics-1000
                                                partition scaling, on 3 brokers
+    scripts/bench --targets --docs             issue 29's targets in one interleaved run on 3
+                                               brokers: their workloads and contenders, then
+                                               each target met, missed or not measured
     scripts/bench --render-docs docs/bench/results.json    only regenerate the docs
 
 Without --bootstrap it starts a cluster of --brokers brokers (1 unless told) through

@@ -42,6 +42,22 @@ def rss_mib() -> float:
     return pages * resource.getpagesize() / MIB
 
 
+def peak_rss_mib() -> float | None:
+    """This process's own peak RSS (VmHWM), None where /proc has no such line.
+
+    ``wait4``'s ``ru_maxrss`` cannot tell it for a small child: Linux keeps the high-water mark
+    across ``execve``, so a child reports at least the RSS the parent had when it forked.
+    """
+    try:
+        with open(f"/proc/{os.getpid()}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return None
+
+
 class Recorder:
     """Latency samples, error counts and timings of one run, written out as the result."""
 
@@ -55,15 +71,20 @@ class Recorder:
         self.timed_out = False
         self.baseline_rss_mib = 0.0
         self.started = self.ended = 0.0
+        # The process's CPU time (user + system, every thread: librdkafka's too) at begin and
+        # end, so the cost per record leaves out start-up, imports and connecting.
+        self.cpu_started = self.cpu_ended = 0.0
         # aioaccum._speedups.describe() of the aioaccum that ran here (aioaccum runs only).
         self.hot_path: str | None = None
 
     def begin(self) -> None:
         self.baseline_rss_mib = rss_mib()
+        self.cpu_started = time.process_time()
         self.started = time.perf_counter()
 
     def end(self) -> None:
         self.ended = time.perf_counter()
+        self.cpu_ended = time.process_time()
 
     def probe(self) -> Callable[[Any], None]:
         """A callback that records the latency from now until it is called."""
@@ -96,6 +117,8 @@ class Recorder:
             "longest_block_s": self.longest_block_s,
             "timed_out": self.timed_out,
             "baseline_rss_mib": self.baseline_rss_mib,
+            "cpu_window_s": max(self.cpu_ended - self.cpu_started, 0.0),
+            "own_peak_rss_mib": peak_rss_mib(),
         }
         if self.hot_path is not None:
             out["hot_path"] = self.hot_path
@@ -297,10 +320,16 @@ class _NoOpInterceptor:
         return None
 
 
+# The contenders that name buffer_memory_allocation_strategy (KIP-1332) explicitly.
+ALLOCATION_STRATEGIES = {"aioaccum-full": "full", "aioaccum-incremental": "incremental"}
+
+
 def feature_settings(contender: str) -> dict[str, Any]:
     """Extra Producer settings of the contenders that price an optional feature: one no-op
-    interceptor, or a span per record (OpenTelemetry's SDK, spans dropped unexported); or the
-    price of metrics, by turning them off."""
+    interceptor, or a span per record (OpenTelemetry's SDK, spans dropped unexported); the
+    price of metrics, by turning them off; or an allocation strategy named outright."""
+    if contender in ALLOCATION_STRATEGIES:
+        return {"buffer_memory_allocation_strategy": ALLOCATION_STRATEGIES[contender]}
     if contender == "aioaccum-nometrics":
         return {"metrics_enabled": False}
     if contender == "aioaccum-interceptor":
@@ -318,17 +347,28 @@ def aioaccum_producer(spec: Spec, rec: Recorder) -> Producer:
     from aioaccum import Producer
 
     rec.hot_path = aioaccum_hot_path()
-    return Producer(
-        spec.bootstrap,
-        acks=spec.acks_int,
-        batch_size=spec.batch_size,
-        linger_ms=spec.linger_ms,
-        buffer_memory=spec.buffer_memory,
-        compression_type=spec.compression,
-        enable_idempotence=spec.idempotence,
-        client_id=spec.client_id,
+    return Producer(spec.bootstrap, **aioaccum_settings(spec))
+
+
+def given(**settings: Any) -> dict[str, Any]:
+    """The settings that are not None: None leaves a setting at the client's own default."""
+    return {name: value for name, value in settings.items() if value is not None}
+
+
+def aioaccum_settings(spec: Spec) -> dict[str, Any]:
+    """The workload's settings in aioaccum's names, with the contender's own extras."""
+    return {
+        "acks": spec.acks_int,
+        "compression_type": spec.compression,
+        "enable_idempotence": spec.idempotence,
+        "client_id": spec.client_id,
+        **given(
+            batch_size=spec.batch_size,
+            linger_ms=spec.linger_ms,
+            buffer_memory=spec.buffer_memory,
+        ),
         **feature_settings(spec.contender),
-    )
+    }
 
 
 def aioaccum_runner(wait: WaitFn) -> AsyncRunner:
@@ -359,6 +399,8 @@ AIOACCUM_WAITS: dict[str, WaitFn] = {
     "aioaccum-nometrics": await_each,
     "aioaccum-interceptor": await_each,
     "aioaccum-tracing": await_each,
+    "aioaccum-full": await_each,
+    "aioaccum-incremental": await_each,
 }
 
 
@@ -434,14 +476,14 @@ async def run_aioaccum_bulk(spec: Spec, rec: Recorder) -> None:
 async def run_aiokafka(spec: Spec, rec: Recorder) -> None:
     from aiokafka import AIOKafkaProducer
 
+    # aiokafka has no buffer-memory setting: it waits for a partition's batch to drain.
     producer = AIOKafkaProducer(
         bootstrap_servers=spec.bootstrap,
         acks=spec.acks_int if spec.acks != "all" else "all",
-        max_batch_size=spec.batch_size,
-        linger_ms=spec.linger_ms,
         compression_type=None if spec.compression == "none" else spec.compression,
         enable_idempotence=spec.idempotence,
         client_id=spec.client_id,
+        **given(max_batch_size=spec.batch_size, linger_ms=spec.linger_ms),
     )
     await producer.start()
     await producer.partitions_for(spec.topic_names()[0])
@@ -454,18 +496,19 @@ async def run_aiokafka(spec: Spec, rec: Recorder) -> None:
 
 
 def confluent_config(spec: Spec) -> dict[str, Any]:
-    return {
+    config: dict[str, Any] = {
         "bootstrap.servers": spec.bootstrap,
         "client.id": spec.client_id,
         "acks": spec.acks,
-        "batch.size": spec.batch_size,
-        "linger.ms": spec.linger_ms,
         "compression.type": spec.compression,
         "enable.idempotence": spec.idempotence,
-        # Bytes, not librdkafka's default 100,000-message cap, are the bound for every client.
-        "queue.buffering.max.kbytes": spec.buffer_memory // 1024,
-        "queue.buffering.max.messages": 10_000_000,
+        **given(**{"batch.size": spec.batch_size, "linger.ms": spec.linger_ms}),
     }
+    if spec.buffer_memory is not None:
+        # Bytes, not librdkafka's default 100,000-message cap, are the bound for every client.
+        config["queue.buffering.max.kbytes"] = spec.buffer_memory // 1024
+        config["queue.buffering.max.messages"] = 10_000_000
+    return config
 
 
 async def run_confluent_aio(spec: Spec, rec: Recorder) -> None:
@@ -505,17 +548,30 @@ ASYNC_RUNNERS: dict[str, AsyncRunner] = {
 
 
 def child_main(spec_json: str) -> int:
-    """Runs one contender as its spec says and writes its result as JSON to the result path."""
+    """Runs one contender as its spec says and writes its result as JSON to the result path.
+
+    When the client raises (a setting it refuses, a broker it cannot reach), the result names
+    the exception, so the parent reports that run as failed for that reason and goes on.
+    """
     spec = Spec.from_json(spec_json)
     rec = Recorder(spec)
-    if spec.contender in ASYNC_RUNNERS:
-        import uvloop
+    try:
+        if spec.contender in ASYNC_RUNNERS:
+            import uvloop
 
-        uvloop.run(ASYNC_RUNNERS[spec.contender](spec, rec))
-    else:
-        from benchlib.sync_clients import SYNC_RUNNERS
+            uvloop.run(ASYNC_RUNNERS[spec.contender](spec, rec))
+        else:
+            from benchlib.sync_clients import SYNC_RUNNERS
 
-        SYNC_RUNNERS[spec.contender](spec, rec)
+            SYNC_RUNNERS[spec.contender](spec, rec)
+    except Exception as exc:
+        import json
+        import traceback
+
+        traceback.print_exc()
+        with open(spec.result_path, "w") as out:
+            json.dump({"raised_error": f"{type(exc).__name__}: {exc}"}, out)
+        return 1
     write_result(rec)
     return 0
 

@@ -87,10 +87,13 @@ class Contender:
     # Runs the memory-bound workload (which keeps no futures: a contender that differs from
     # another only in how it waits for them would repeat that one's run).
     memory_bound: bool = True
+    memory_bound_why: str = "its run would repeat another contender's"
     # Why it cannot send a key with each record, or send to many topics in turn (the
     # partition-scaling workloads); None when it can.
     no_keys: str | None = None
     no_topics: str | None = None
+    # Why it runs only the partition-scaling workloads (keys, many topics), if it does.
+    spread_only: str | None = None
 
     def unavailable(self) -> str | None:
         """None when it can run here, else why not."""
@@ -98,10 +101,12 @@ class Contender:
 
     def skips(self, w: Workload) -> str | None:
         """None when it takes part in ``w``, else why it sits that workload out."""
+        if self.spread_only is not None and not w.spread:
+            return self.spread_only
         if w.concurrency > 1 and not self.concurrent:
             return "one sender only"
         if w.memory_bound and not self.memory_bound:
-            return "its run would repeat another contender's"
+            return self.memory_bound_why
         if w.keyed and self.no_keys is not None:
             return self.no_keys
         if w.topics > 1 and self.no_topics is not None:
@@ -166,6 +171,28 @@ CONTENDERS: dict[str, Contender] = {
             concurrent=False,
             memory_bound=False,
         ),
+        *(
+            Contender(
+                f"aioaccum-{strategy}",
+                f"as `aioaccum`, with `buffer_memory_allocation_strategy='{strategy}'` "
+                "(KIP-1332); uvloop",
+                _module("aioaccum"),
+                concurrent=False,
+                memory_bound=False,
+                spread_only="it compares allocation strategies where batches are many and "
+                "small: the keyed and many-topics workloads only",
+            )
+            for strategy in ("full", "incremental")
+        ),
+        Contender(
+            "aioaccum-sync",
+            "`SyncProducer` from one thread: `fut = p.send(topic, value)` per record, futures "
+            "kept, then `fut.result()` for each and `flush()`",
+            _module("aioaccum"),
+            concurrent=False,
+            memory_bound=False,
+            memory_bound_why="its one thread keeps every future; that run keeps none",
+        ),
         Contender(
             "aiokafka",
             "`fut = await p.send(topic, value)` per record, then `asyncio.gather` over the "
@@ -207,6 +234,9 @@ DEFAULT_CONTENDERS = (
     "aioaccum-gather",
     "aioaccum-wait-all",
     "aioaccum-bulk",
+    "aioaccum-sync",
+    "aioaccum-full",
+    "aioaccum-incremental",
     "aiokafka",
     "confluent",
     "confluent-aio",
@@ -226,16 +256,21 @@ def child_command(spec: Spec) -> tuple[list[str], dict[str, str]]:
 def java_command(spec: Spec) -> list[str]:
     if spec.spread:
         raise ValueError("ProducerPerformance sends neither keys nor to many topics")
-    props = {
+    props: dict[str, object] = {
         "bootstrap.servers": spec.bootstrap,
         "client.id": spec.client_id,
         "acks": spec.acks,
-        "batch.size": spec.batch_size,
-        "linger.ms": spec.linger_ms,
         "compression.type": spec.compression,
-        "buffer.memory": spec.buffer_memory,
         "enable.idempotence": str(spec.idempotence).lower(),
     }
+    # Left out when None: the tool's producer then keeps Java's own default.
+    for name, value in (
+        ("batch.size", spec.batch_size),
+        ("linger.ms", spec.linger_ms),
+        ("buffer.memory", spec.buffer_memory),
+    ):
+        if value is not None:
+            props[name] = value
     return [
         sys.executable,
         str(SCRIPTS / "kafka"),

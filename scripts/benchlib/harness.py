@@ -6,7 +6,9 @@ leaders well before the brokers have created the logs (about 10 s for 6,000 part
 project's machine), and a run started earlier would time the brokers' catching up.
 
 Peak RSS and CPU seconds come from ``wait4``'s rusage of the child itself (the JVM for Java,
-since ``scripts/kafka java-class`` execs it): the kernel's high-water mark, not a sample.
+since ``scripts/kafka java-class`` execs it): the kernel's high-water mark, not a sample. That
+peak also counts the parent's RSS at the fork (Linux keeps it across ``execve``), so the runner
+prefers the peak a Python child reads of itself (VmHWM) and reports; the JVM outgrows the parent.
 While the child runs, its RSS is also sampled for the memory-bound run's timeline, and a child
 that passes ``rss_limit`` or its time limit is killed and reported as such.
 """
@@ -104,16 +106,19 @@ class Broker:
         """How many brokers the cluster's metadata lists."""
         return len(self.admin.list_topics(timeout=10).brokers)
 
-    def create_topic(self, topic: str, partitions: int) -> None:
-        self.create_topics([topic], partitions)
+    def create_topic(self, topic: str, partitions: int, replication: int = 1) -> None:
+        self.create_topics([topic], partitions, replication)
 
-    def create_topics(self, topics: list[str], partitions: int) -> None:
-        """Creates the topics, replication factor 1, and returns once every partition is served."""
+    def create_topics(self, topics: list[str], partitions: int, replication: int = 1) -> None:
+        """Creates the topics with ``replication`` replicas of each partition, and returns once
+        every partition is served."""
         from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
-        per_request = max(1, PARTITIONS_PER_REQUEST // partitions)
+        per_request = max(1, PARTITIONS_PER_REQUEST // (partitions * replication))
         for start in range(0, len(topics), per_request):
-            batch = [NewTopic(t, partitions, 1) for t in topics[start : start + per_request]]
+            batch = [
+                NewTopic(t, partitions, replication) for t in topics[start : start + per_request]
+            ]
             futures = self.admin.create_topics(batch, request_timeout=ADMIN_TIMEOUT_S)
             for future in futures.values():
                 future.result(timeout=ADMIN_TIMEOUT_S)

@@ -18,6 +18,9 @@ COLORS = {
     "aioaccum-gather": "#e377c2",
     "aioaccum-wait-all": "#ff7f0e",
     "aioaccum-bulk": "#ff9896",
+    "aioaccum-full": "#bcbd22",
+    "aioaccum-incremental": "#dbdb8d",
+    "aioaccum-sync": "#c49c94",
     "aiokafka": "#1f77b4",
     "confluent": "#2ca02c",
     "confluent-aio": "#98df8a",
@@ -93,6 +96,51 @@ def _partitions_line(meta: dict[str, Any], workloads: dict[str, Any]) -> str:
     return line
 
 
+def _own_defaults_line(workloads: dict[str, Any]) -> str:
+    """The exception to equal settings: workloads that leave them to each client."""
+    own = [n for n, w in workloads.items() if w.get("batch_size", 0) is None]
+    if not own:
+        return ""
+    names = ", ".join(f"`{n}`" for n in own)
+    return (
+        f" Except in {names}: there only acks and idempotence are set; batch size, linger and "
+        "buffer memory are each client's own default (librdkafka `batch.size` 1,000,000 and "
+        "`linger.ms` 5; Java 16 KiB and 5 ms; aiokafka 16 KiB and 0 ms; aioaccum its own, see "
+        "docs/configuration.md)."
+    )
+
+
+def _cpu_per_m(s: dict[str, Any]) -> str:
+    text = _f(s.get("cpu_s_per_m"), ".2f")
+    return text + "\\*" if s.get("cpu_scope") == "process" else text
+
+
+def _targets_section(rows: list[dict[str, Any]]) -> list[str]:
+    from benchlib.targets import format_value
+
+    out = [
+        "## Targets",
+        "",
+        "Issue 29's targets, read off this run's medians (`scripts/bench --targets`).",
+        "",
+    ]
+    out += _table(
+        ["target", "workload", "figure", "measured", "wanted", "verdict"],
+        [
+            [
+                r["target"],
+                f"`{r['workload']}`",
+                r["figure"],
+                format_value(r),
+                r["wanted"],
+                r["verdict"] + (f" ({r['why']})" if r.get("why") else ""),
+            ]
+            for r in rows
+        ],
+    )
+    return [*out, ""]
+
+
 def render(results: dict[str, Any], charts: list[str]) -> str:
     meta, summary = results["meta"], results["summary"]
     machine = meta["machine"]
@@ -141,13 +189,20 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
         "(the clients' own defaults disagree). aiokafka and kafka-python have no buffer-memory "
         "setting: aiokafka waits for a partition's batch to drain, kafka-python's buffer is "
         f"unbounded. {_partitions_line(meta, workloads)} "
-        "Java's tool runs with `-Xmx512m`, the heap its shell script gives it.",
+        "Java's tool runs with `-Xmx512m`, the heap its shell script gives it."
+        + _own_defaults_line(workloads),
         "",
         "Throughput is records sent / time from the first send to the last acknowledgement "
         "(Java: the tool's own figure, same definition). MB/s is 10^6 bytes of values per "
         "second. Latency is send call to acknowledgement callback, on about 20,000 sampled "
-        "records (Java: the tool's own percentiles, every record). Peak RSS and CPU seconds "
-        "are the whole process's (interpreter or JVM included), from `wait4`'s rusage.",
+        "records (Java: the tool's own percentiles, every record). Peak RSS is the client "
+        "process's own high-water mark (VmHWM, read by the Python contenders at exit; `wait4`'s "
+        "rusage for the JVM); CPU s is the whole process's user + system time (interpreter or "
+        "JVM start-up included), from `wait4`'s rusage. CPU s/M is CPU seconds per million "
+        "records over the timed run (first send to last acknowledgement): the process's "
+        "`time.process_time()` (every thread, librdkafka's included) for the Python contenders; "
+        "Java's, marked \\*, is the JVM's whole-process figure, start-up and JIT included, as "
+        "the tool reports no CPU of its own.",
         "",
         "## Contenders",
         "",
@@ -165,7 +220,11 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
             for n, w in workloads.items()
         ],
     )
+    for name, why in meta.get("workloads_not_run", {}).items():
+        out.append(f"\n`{name}` did not run: {why}.")
     out += ["", "## Results", ""]
+    if results.get("targets"):
+        out += _targets_section(results["targets"])
     throughput = [n for n, w in workloads.items() if not w["memory_bound"]]
     for name in throughput:
         rows = [s for s in summary if s["workload"] == name]
@@ -180,6 +239,7 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
                 "p99 ms",
                 "peak RSS MiB",
                 "CPU s",
+                "CPU s/M",
                 "ok runs",
                 "aioaccum ÷ client",
             ],
@@ -192,6 +252,7 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
                     _f(s["p99_ms"], ".1f"),
                     _f(s["peak_rss_mib"]),
                     _f(s["cpu_s"], ".1f"),
+                    _cpu_per_m(s),
                     f"{s['ok']}/{s['runs']}",
                     _ratio(ours, s["records_per_s"]) if s["contender"] != "aioaccum" else "",
                 ]

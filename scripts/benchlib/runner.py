@@ -38,6 +38,13 @@ from benchlib.spec import (
     spread_problem,
     topic_names,
 )
+from benchlib.targets import (
+    TARGET_BROKERS,
+    TARGET_CONTENDERS,
+    TARGET_WORKLOADS,
+    evaluate,
+)
+from benchlib.targets import lines as target_lines
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCS_JSON = ROOT / "docs" / "bench" / "results.json"
@@ -69,6 +76,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="workload name(s), comma separated; repeatable",
     )
     parser.add_argument("--all", action="store_true", help="every workload")
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="issue 29's targets: their workloads and contenders on 3 brokers, then each "
+        "target met or missed",
+    )
     parser.add_argument("--contenders", help=f"default {','.join(DEFAULT_CONTENDERS)}")
     parser.add_argument("--repeat", type=int, help="repetitions (default 3; --quick 1)")
     parser.add_argument(
@@ -155,6 +168,8 @@ def chosen_workloads(args: argparse.Namespace) -> list[Workload]:
     names = [n for arg in args.workload for n in arg.split(",") if n]
     if args.all:
         names = list(WORKLOADS)
+    elif args.targets:
+        names = list(dict.fromkeys([*TARGET_WORKLOADS, *names]))
     elif not names:
         names = list(QUICK_WORKLOADS if args.quick else DEFAULT_WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]
@@ -244,7 +259,7 @@ def spec_for(
         compression=w.compression,
         acks=w.acks,
         idempotence=w.idempotence,
-        buffer_memory=BUFFER_MEMORY,
+        buffer_memory=w.buffer_memory,
         concurrency=w.concurrency,
         memory_bound=w.memory_bound,
         deadline_s=memory_seconds if w.memory_bound else 1e9,
@@ -266,7 +281,7 @@ def one_run(
     stem = shared or f"bench-{w.name}-{contender}-{uuid.uuid4().hex[:8]}"
     topics = topic_names(stem, w.topics)
     if shared is None:
-        broker.create_topics(topics, w.partitions)
+        broker.create_topics(topics, w.partitions, w.replication)
         before: dict[tuple[str, int], int] = {}
     else:
         before = broker.offsets(topics, w.partitions)
@@ -312,7 +327,9 @@ def record(
         "records": w.records,
         "size": w.size,
         "delivered": delivered,
-        "peak_rss_mib": round(m.peak_rss_mib, 1),
+        # The child's own high-water mark where it reported one (every Python contender), else
+        # wait4's (the JVM's, far above the forking parent's RSS that wait4 also counts).
+        "peak_rss_mib": round(res.get("own_peak_rss_mib") or m.peak_rss_mib, 1),
         "cpu_s": round(m.cpu_s, 2),
         "wall_s": round(m.wall_s, 2),
         "exit_code": m.exit_code,
@@ -320,13 +337,18 @@ def record(
         **res,
     }
     problems = []
+    raised = res.get("raised_error")
+    if raised is not None:
+        # The client raised (a setting it refuses, say): that is the reason, said first.
+        problems.append(f"the client raised {raised}")
     if m.killed and not (w.memory_bound and "RSS" in m.killed):
         problems.append(m.killed)
-    if m.exit_code not in (0, None) and not m.killed and not w.memory_bound:
+    if m.exit_code not in (0, None) and not m.killed and not w.memory_bound and raised is None:
         problems.append(f"exit code {m.exit_code}")
     if m.result is None and not m.killed:
         problems.append("no result")
-    if not w.memory_bound:
+    # A client that raised before any record landed has said all there is to say.
+    if not w.memory_bound and (raised is None or delivered > 0):
         if delivered != w.records:
             problems.append(f"broker holds {delivered:,} of {w.records:,} records")
         elif misplaced is not None:
@@ -341,13 +363,26 @@ def record(
         rate = w.records / res["elapsed_s"]
         run["records_per_s"] = rate
         run["mb_per_s"] = rate * w.size / 1e6
+        run.update(cpu_per_million(res.get("cpu_window_s"), m.cpu_s, w.records))
     else:
-        run["records_per_s"] = run["mb_per_s"] = None  # a failed run is never timed
+        # A failed run is never timed, nor its cost per record taken.
+        run["records_per_s"] = run["mb_per_s"] = run["cpu_s_per_m"] = None
+        run["cpu_scope"] = None
     if w.memory_bound:
         step = max(1, len(m.rss_timeline) // TIMELINE_POINTS)
         run["rss_timeline"] = m.rss_timeline[::step]
         run["behaviour"] = behaviour(run)
     return run
+
+
+def cpu_per_million(window_s: float | None, process_s: float, records: int) -> dict[str, Any]:
+    """CPU seconds per million records: over the timed run (first send to last ack) where the
+    child measured it (every Python contender: the process's user + system time, all its
+    threads, from ``time.process_time``), else over the whole process (Java: the JVM's rusage
+    from ``wait4``, its start-up and JIT compilation included)."""
+    if window_s is not None:
+        return {"cpu_s_per_m": window_s / records * 1e6, "cpu_scope": "run"}
+    return {"cpu_s_per_m": process_s / records * 1e6, "cpu_scope": "process"}
 
 
 def behaviour(run: dict[str, Any]) -> str:
@@ -395,6 +430,8 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "p99_ms": med("p99_ms"),
             "peak_rss_mib": max((r["peak_rss_mib"] for r in mine), default=None),
             "cpu_s": med("cpu_s", mine),
+            "cpu_s_per_m": med("cpu_s_per_m"),
+            "cpu_scope": next((r["cpu_scope"] for r in ok if r.get("cpu_scope")), None),
             "failures": sorted({r["failure"] for r in mine if r["failure"]}),
         }
         path = hot_path(mine)
@@ -444,17 +481,24 @@ def print_summary(summary: list[dict[str, Any]], workloads: list[Workload]) -> N
         rows = [s for s in summary if s["workload"] == workload]
         print(f"\n{workload}: {described[workload]}")
         print(
-            f"  {'client':<18}{'records/s':>12}{'MB/s':>8}{'p50 ms':>8}{'p99 ms':>8}"
-            f"{'RSS MiB':>9}{'CPU s':>7}  ok"
+            f"  {'client':<22}{'records/s':>12}{'MB/s':>8}{'p50 ms':>8}{'p99 ms':>8}"
+            f"{'RSS MiB':>9}{'CPU s':>7}{'CPU s/M':>9}  ok"
         )
         for s in rows:
+            per_m = fmt(s.get("cpu_s_per_m"), ".2f")
+            if s.get("cpu_scope") == "process":
+                per_m += "*"
             print(
-                f"  {s['contender']:<18}{fmt(s['records_per_s']):>12}"
+                f"  {s['contender']:<22}{fmt(s['records_per_s']):>12}"
                 f"{fmt(s['mb_per_s'], '.1f'):>8}{fmt(s['p50_ms'], '.1f'):>8}"
                 f"{fmt(s['p99_ms'], '.1f'):>8}{fmt(s['peak_rss_mib']):>9}"
-                f"{fmt(s['cpu_s'], '.1f'):>7}  {s['ok']}/{s['runs']}"
+                f"{fmt(s['cpu_s'], '.1f'):>7}{per_m:>9}  {s['ok']}/{s['runs']}"
                 + (f"  {s['behaviour']}" if "behaviour" in s else "")
             )
+            for failure in s["failures"]:
+                print(f"    {s['contender']} failed: {failure}")
+        if any(s.get("cpu_scope") == "process" for s in rows):
+            print("  (* CPU s/M over the whole process, start-up included: no timed window)")
         ours = next((s for s in rows if s["contender"] == "aioaccum"), None)
         if ours and ours["records_per_s"]:
             for s in rows:
@@ -493,7 +537,7 @@ def run_all(
         shared = f"bench-{w.name}-{uuid.uuid4().hex[:8]}" if w.shared_topics else None
         if shared is not None:
             began = time.monotonic()
-            broker.create_topics(topic_names(shared, w.topics), w.partitions)
+            broker.create_topics(topic_names(shared, w.topics), w.partitions, w.replication)
             print(
                 f"  {w.name}: {plural(w.topics, 'topic')} of {plural(w.partitions, 'partition')} "
                 f"ready in {time.monotonic() - began:.0f} s, shared by its runs",
@@ -509,7 +553,7 @@ def run_all(
                     rate = fmt(run["records_per_s"])
                     state = "ok" if run["ok"] else f"FAILED: {run['failure']}"
                     print(
-                        f"  {w.name} rep {rep + 1}/{reps} {contender:<18}{rate:>12} rec/s  "
+                        f"  {w.name} rep {rep + 1}/{reps} {contender:<22}{rate:>12} rec/s  "
                         f"RSS {run['peak_rss_mib']:.0f} MiB  CPU {run['cpu_s']:.1f} s  "
                         f"{run.get('behaviour', state)}",
                         flush=True,
@@ -545,11 +589,12 @@ def main(argv: list[str]) -> int:
         write_docs(json.loads(args.render_docs.read_text()), args.docs_dir)
         return 0
     workloads = chosen_workloads(args)
-    names = (
-        args.contenders.split(",")
-        if args.contenders
-        else list(QUICK_CONTENDERS if args.quick else DEFAULT_CONTENDERS)
-    )
+    if args.contenders:
+        names = args.contenders.split(",")
+    elif args.targets:
+        names = list(TARGET_CONTENDERS)
+    else:
+        names = list(QUICK_CONTENDERS if args.quick else DEFAULT_CONTENDERS)
     unknown = [n for n in names if n not in CONTENDERS]
     if unknown:
         raise SystemExit(f"unknown contender(s) {unknown}; see --list")
@@ -573,14 +618,29 @@ def main(argv: list[str]) -> int:
             "competes for the CPU, figures will be noisy",
             file=sys.stderr,
         )
+    if args.targets and not args.bootstrap and args.brokers is None:
+        args.brokers = TARGET_BROKERS
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap or stack.enter_context(Cluster(args.brokers)).bootstrap
         broker = Broker(bootstrap)
         brokers = broker.brokers()
+        too_few = {
+            w.name: f"needs {w.replication} brokers for its replication factor; the cluster "
+            f"has {brokers} (start one with --brokers 3, or pass --bootstrap of one)"
+            for w in workloads
+            if w.replication > brokers
+        }
+        for name, why in too_few.items():
+            print(f"bench: leaving out workload {name}: {why}", file=sys.stderr)
+        workloads = [w for w in workloads if w.name not in too_few]
         runs = run_all(args, broker, workloads, contenders)
         del broker  # its admin client would log every lost connection once the cluster stops
     summary = summarize(runs)
     print_summary(summary, workloads)
+    reached = evaluate(summary, runs) if args.targets else None
+    if reached is not None:
+        print("\ntargets (ratios of medians from this run):")
+        print("\n".join(target_lines(reached)))
     meta: dict[str, Any] = {
         "command": "scripts/bench " + shlex.join(argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
@@ -604,6 +664,8 @@ def main(argv: list[str]) -> int:
         "unavailable": unavailable,
         # Per workload, the contenders that cannot run it and why: no figure, not a fake one.
         "sat_out": skipped,
+        # Workloads that could not run on this cluster at all, and why.
+        "workloads_not_run": too_few,
         # As reported by the child processes that ran aioaccum (None if none did).
         "aioaccum_hot_path": hot_path(runs),
     }
@@ -613,6 +675,8 @@ def main(argv: list[str]) -> int:
         "summary": summary,
         "memory_check": memory_check(summary),
     }
+    if reached is not None:
+        results["targets"] = reached
     out = args.json or (args.docs_dir / "bench" / "results.json" if args.docs else None)
     if out is None:
         out = Path(tempfile.gettempdir()) / f"aioaccum-bench-{int(started)}.json"

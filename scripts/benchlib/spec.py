@@ -2,9 +2,11 @@
 
 Every contender of a workload gets the same acks, batch size, linger, compression, buffer memory
 and idempotence (each mapped to that client's own names in ``clients`` and ``contenders``).
-Workloads with ``acks=1`` turn idempotence off for all clients; the ``acks=all`` workload turns
+Workloads with ``acks=1`` turn idempotence off for all clients; the ``acks=all`` workloads turn
 it on for all of them: every client's own default differs (Java and aioaccum on, librdkafka and
-aiokafka off), and a mixed field would compare different guarantees.
+aiokafka off), and a mixed field would compare different guarantees. The one exception is the
+``defaults`` workload, which sets only acks and idempotence and leaves batch size, linger and
+buffer memory at each client's own default (None here): what a user who sets nothing meets.
 
 The partition-scaling workloads spread records the same way for every contender: record ``i``
 goes to topic ``i % topics`` of the run (``topic_names``) and, when keyed, carries key
@@ -40,10 +42,14 @@ class Workload:
     name: str
     records: int
     size: int
-    batch_size: int = 16 * KIB
-    linger_ms: int = 5
+    # None leaves the setting at each client's own default (the ``defaults`` workload).
+    batch_size: int | None = 16 * KIB
+    linger_ms: int | None = 5
+    buffer_memory: int | None = BUFFER_MEMORY
     compression: str = "none"
     acks: str = "1"
+    # Replicas of each partition; more than 1 needs that many brokers (``--brokers 3``).
+    replication: int = 1
     # Senders at once: 1 is one loop keeping every future; N > 1 is N coroutines (threads for
     # synchronous clients), each waiting for its record's acknowledgement before the next.
     concurrency: int = 1
@@ -79,13 +85,23 @@ class Workload:
         """How many distinct keys the records cycle through (0: no keys)."""
         return KEYS_PER_PARTITION * self.partitions if self.keyed else 0
 
+    @property
+    def own_defaults(self) -> bool:
+        """Whether batch size, linger and buffer memory are left to each client's default."""
+        return self.batch_size is None and self.linger_ms is None and self.buffer_memory is None
+
     def describe(self) -> str:
-        parts = [
-            f"{self.records:,} x {human_bytes(self.size)}",
-            f"batch {human_bytes(self.batch_size)}",
-        ]
-        parts.append(f"linger {self.linger_ms} ms")
+        parts = [f"{self.records:,} x {human_bytes(self.size)}"]
+        if self.own_defaults:
+            parts.append("batch size, linger and buffer memory at each client's own default")
+        else:
+            own = "each client's default"
+            batch, linger = self.batch_size, self.linger_ms
+            parts.append("batch " + (own if batch is None else human_bytes(batch)))
+            parts.append("linger " + (own if linger is None else f"{linger} ms"))
         parts.append(f"acks={self.acks}" + (" + idempotence" if self.idempotence else ""))
+        if self.replication > 1:
+            parts.append(f"replication factor {self.replication}")
         if self.compression != "none":
             parts.append(self.compression)
         if self.concurrency > 1:
@@ -125,7 +141,33 @@ WORKLOADS: dict[str, Workload] = {
         Workload("4k-16k", 50_000, 4000),
         Workload("4k-128k", 50_000, 4000, batch_size=128 * KIB),
         Workload("100b-128k-lz4", 1_000_000, 100, batch_size=128 * KIB, compression="lz4"),
+        # Larger records at batch sizes from 16 KiB to 1 MiB, plain and lz4: MB/s is the figure.
+        Workload("1k-1m", 200_000, 1000, batch_size=MIB),
+        Workload("4k-1m", 50_000, 4000, batch_size=MIB),
+        *(
+            Workload(f"{size}-{batch}-lz4", records, n, batch_size=b, compression="lz4")
+            for size, n, records in (("1k", 1000, 200_000), ("4k", 4000, 50_000))
+            for batch, b in (("16k", 16 * KIB), ("128k", 128 * KIB), ("1m", MIB))
+        ),
         Workload("1k-16k-acks-all", 200_000, 1000, acks="all"),
+        # What a user who sets nothing meets, with the strongest guarantees: acks=all,
+        # idempotence, 3 replicas; every other setting each client's own default (librdkafka
+        # batches up to 1 MB, Java and aioaccum 16 KiB). Then the same at equal batch sizes.
+        Workload(
+            "defaults",
+            500_000,
+            100,
+            batch_size=None,
+            linger_ms=None,
+            buffer_memory=None,
+            acks="all",
+            replication=3,
+            note="each client as it comes: only acks and idempotence are set, the same for all",
+        ),
+        *(
+            Workload(f"defaults-{batch}", 500_000, 100, batch_size=b, acks="all", replication=3)
+            for batch, b in (("16k", 16 * KIB), ("128k", 128 * KIB), ("1m", MIB))
+        ),
         Workload(
             "contention",
             100_000,
@@ -172,9 +214,10 @@ WORKLOADS: dict[str, Workload] = {
 # this project's 2-core machine: one run of 100b-16k by the seven clients takes about 4 minutes
 # there (the slowest clients need a minute each), and the memory-bound run takes 7 x 30 s once.
 # aioaccum's two further ways of waiting (gather, wait_all) run the one-sender workloads only,
-# each about as long as `aioaccum`: a few minutes more. `--all` runs every workload: about an
-# hour there without the partition-scaling ones, which add hours (a run of keyed-6000p or
-# topics-1000 takes one to several minutes per client).
+# each about as long as `aioaccum`: a few minutes more, and `aioaccum-sync` as much again.
+# `--all` runs every workload: well over an hour there without the partition-scaling ones, which
+# add hours (a run of keyed-6000p or topics-1000 takes one to several minutes per client); the
+# `defaults*` ones need 3 brokers and are left out, saying so, on fewer.
 DEFAULT_WORKLOADS = ("100b-16k", "1k-16k", "contention", "memory-bound")
 # The partition-scaling ones (keyed-*, topics-1000) run when named, or with --all.
 
@@ -192,12 +235,13 @@ class Spec:
     keys: int
     records: int
     size: int
-    batch_size: int
-    linger_ms: int
+    # None: the client's own default.
+    batch_size: int | None
+    linger_ms: int | None
     compression: str
     acks: str
     idempotence: bool
-    buffer_memory: int
+    buffer_memory: int | None
     concurrency: int
     memory_bound: bool
     deadline_s: float

@@ -12,7 +12,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchlib.clients import Recorder, confluent_config, deadline_passed, exit_now, routes
+from benchlib.clients import (
+    Recorder,
+    confluent_config,
+    deadline_passed,
+    exit_now,
+    given,
+    routes,
+)
 from benchlib.spec import Spec, payload
 
 
@@ -142,11 +149,10 @@ def run_kafka_python(spec: Spec, rec: Recorder) -> None:
     producer = KafkaProducer(
         bootstrap_servers=spec.bootstrap,
         acks=spec.acks_int if spec.acks != "all" else "all",
-        batch_size=spec.batch_size,
-        linger_ms=spec.linger_ms,
         compression_type=None if spec.compression == "none" else spec.compression,
         enable_idempotence=spec.idempotence,
         client_id=spec.client_id,
+        **given(batch_size=spec.batch_size, linger_ms=spec.linger_ms),
     )
     producer.partitions_for(spec.topic_names()[0])
     data, every, topic, send = payload(spec.size), spec.sample_every, spec.topic, producer.send
@@ -219,7 +225,61 @@ def run_kafka_python(spec: Spec, rec: Recorder) -> None:
     producer.close()
 
 
+def run_aioaccum_sync(spec: Spec, rec: Recorder) -> None:
+    """aioaccum's ``SyncProducer`` from one thread: ``fut = p.send(topic, value)`` per record
+    (with the record's topic and key in the partition-scaling workloads), every future kept,
+    then ``fut.result()`` for each and ``flush()``."""
+    import asyncio
+
+    from aioaccum.sync import SyncProducer
+    from benchlib.clients import aioaccum_hot_path, aioaccum_settings
+
+    rec.hot_path = aioaccum_hot_path()
+    with SyncProducer(spec.bootstrap, **aioaccum_settings(spec)) as producer:
+        # The topic's metadata before the clock starts, as every contender has it: SyncProducer
+        # has no partitions_for of its own, so the async Producer's runs on its loop thread.
+        loop = producer._loop
+        assert loop is not None
+        asyncio.run_coroutine_threadsafe(
+            producer.producer.partitions_for(spec.topic_names()[0]), loop
+        ).result()
+        data, every, send = payload(spec.size), spec.sample_every, producer.send
+        topic = spec.topic
+        plan = routes(spec) if spec.spread else None
+        futures: list[Any] = []
+        keep = futures.append
+        rec.begin()
+        # The probes' callbacks run on the producer's loop thread when a batch is acknowledged.
+        if plan is None:
+            for i in range(spec.records):
+                if i % every == 0:
+                    probe = rec.probe()
+                    future = send(topic, data)
+                    future.add_done_callback(probe)
+                else:
+                    future = send(topic, data)
+                keep(future)
+        else:
+            for i, (to_topic, key) in enumerate(plan):
+                if i % every == 0:
+                    probe = rec.probe()
+                    future = send(to_topic, data, key)
+                    future.add_done_callback(probe)
+                else:
+                    future = send(to_topic, data, key)
+                keep(future)
+        rec.offered = spec.records
+        for future in futures:
+            try:
+                future.result()
+            except Exception:
+                rec.errors += 1
+        producer.flush()
+        rec.end()
+
+
 SYNC_RUNNERS: dict[str, Callable[[Spec, Recorder], None]] = {
+    "aioaccum-sync": run_aioaccum_sync,
     "confluent": run_confluent,
     "kafka-python": run_kafka_python,
 }

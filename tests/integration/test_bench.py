@@ -45,6 +45,10 @@ RUN_FIELDS = {
     "p99_ms",
     "peak_rss_mib",
     "cpu_s",
+    "cpu_s_per_m",
+    "cpu_scope",
+    "cpu_window_s",
+    "own_peak_rss_mib",
     "elapsed_s",
     "errors",
 }
@@ -59,6 +63,7 @@ SUMMARY_FIELDS = {
     "p99_ms",
     "peak_rss_mib",
     "cpu_s",
+    "cpu_s_per_m",
 }
 
 
@@ -103,6 +108,12 @@ def test_quick_run_verifies_every_count_against_the_broker(quick_results: Any) -
         assert run["records_per_s"] > 0
         assert run["peak_rss_mib"] > 0
         assert run["cpu_s"] > 0
+        # Over the timed run only, so less than the whole process's CPU time.
+        assert run["cpu_scope"] == "run"
+        assert 0 < run["cpu_window_s"] < run["cpu_s"]
+        assert run["cpu_s_per_m"] == pytest.approx(run["cpu_window_s"] / run["records"] * 1e6)
+        # The child's own high-water mark, not wait4's (which counts the parent's at the fork).
+        assert run["peak_rss_mib"] == round(run["own_peak_rss_mib"], 1) > 0
         assert run["p50_ms"] is not None
         assert run["p99_ms"] >= run["p50_ms"]
 
@@ -181,6 +192,104 @@ def test_keyed_and_many_topic_runs_land_every_record_where_it_was_sent(
     assert results["meta"]["workloads"]["keyed-6p"]["partitions"] == 6
 
 
+def test_defaults_and_lz4_workloads_run_every_client_with_its_own_settings(
+    kafka_bootstrap: str, kafka_broker_count: int, tmp_path: Path
+) -> None:
+    # `defaults` replicates 3 times and leaves batch size, linger and buffer memory to each
+    # client; `4k-1m-lz4` sends lz4 batches of up to 1 MiB. Java runs both; a workload that
+    # needs more brokers than the cluster has is left out, saying why.
+    out = tmp_path / "defaults.json"
+    done = run_bench(
+        "--workload",
+        "defaults,4k-1m-lz4",
+        "--records",
+        "500",
+        "--repeat",
+        "1",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--contenders",
+        "aioaccum,aioaccum-sync,confluent,java",
+        "--json",
+        str(out),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads(out.read_text())
+    ran = {r["workload"] for r in results["runs"]}
+    if kafka_broker_count >= 3:
+        assert ran == {"defaults", "4k-1m-lz4"}
+        assert results["meta"]["workloads_not_run"] == {}
+    else:
+        assert ran == {"4k-1m-lz4"}
+        assert "needs 3 brokers" in results["meta"]["workloads_not_run"]["defaults"]
+    for run in results["runs"]:
+        assert run["ok"], run["failure"]
+        assert run["delivered"] == run["records"] == 500
+        assert run["cpu_s_per_m"] > 0
+        # Java's tool reports no CPU of its own: its figure is the whole JVM's.
+        assert run["cpu_scope"] == ("process" if run["contender"] == "java" else "run")
+    defaults = results["meta"]["workloads"].get("defaults")
+    if defaults is not None:
+        assert defaults["batch_size"] is defaults["linger_ms"] is defaults["buffer_memory"] is None
+        assert defaults["replication"] == 3
+
+
+def test_a_client_that_raises_fails_its_run_with_the_error_named() -> None:
+    from benchlib.harness import Measured
+    from benchlib.runner import record
+    from benchlib.spec import WORKLOADS
+
+    refused = "ConfigError: buffer_memory_allocation_strategy='incremental' is not available"
+    measured = Measured(
+        exit_code=1,
+        wall_s=0.5,
+        peak_rss_mib=40.0,
+        cpu_s=0.3,
+        stdout="",
+        stderr="Traceback ...",
+        result={"raised_error": refused},
+    )
+    run = record(WORKLOADS["keyed-6p"], "aioaccum-incremental", 0, 0, measured)
+    assert not run["ok"]
+    # The refusal alone: no exit code, and no count of records that were never sent.
+    assert run["failure"] == f"the client raised {refused}"
+    assert run["records_per_s"] is run["cpu_s_per_m"] is None
+
+
+def test_targets_are_read_off_the_summary() -> None:
+    from benchlib.targets import evaluate
+
+    def row(workload: str, contender: str, **figures: Any) -> dict[str, Any]:
+        base: dict[str, Any] = {
+            "records_per_s": None, "mb_per_s": None, "cpu_s_per_m": None, "failures": []
+        }
+        return {"workload": workload, "contender": contender, **base, **figures}
+
+    summary = [
+        row("100b-16k", "aioaccum", records_per_s=500.0, cpu_s_per_m=3.0, peak_rss_mib=149.0),
+        row("100b-16k", "confluent", records_per_s=400.0, cpu_s_per_m=2.4, peak_rss_mib=50.0),
+        row("keyed-6p", "aioaccum-full", records_per_s=100.0),
+        row("keyed-6p", "aioaccum-incremental", failures=["the client raised ConfigError: no"]),
+    ]
+    for s in summary:
+        s.setdefault("cpu_scope", "run")
+    runs = [{"workload": "100b-16k", "records": 1_000_000}, {"workload": "keyed-6p", "records": 1}]
+    by = {(t["workload"], t["figure"]): t for t in evaluate(summary, runs)}
+    speed = by[("100b-16k", "aioaccum ÷ confluent, records/s")]
+    assert (speed["verdict"], speed["value"]) == ("met", 1.25)
+    # Cost: lower is better, so the ratio is theirs over ours, and 0.8x misses ">= 1x".
+    cpu = by[("100b-16k", "confluent ÷ aioaccum, CPU s per million records")]
+    assert (cpu["verdict"], cpu["value"]) == ("missed", pytest.approx(0.8))
+    rss = by[("100b-16k", "aioaccum, peak RSS")]
+    assert (rss["verdict"], rss["value"]) == ("met", 149.0)
+    aiokafka = by[("100b-16k", "aioaccum ÷ aiokafka, records/s")]
+    assert aiokafka["verdict"] == "not measured"
+    assert aiokafka["why"] == "aiokafka did not run 100b-16k"
+    strategy = by[("keyed-6p", "aioaccum-incremental ÷ aioaccum-full, records/s")]
+    assert strategy["verdict"] == "not measured"
+    assert strategy["why"] == "aioaccum-incremental: the client raised ConfigError: no"
+
+
 def test_records_in_the_wrong_place_fail_the_run() -> None:
     from benchlib.spec import WORKLOADS, spread_problem, topic_names
 
@@ -205,9 +314,16 @@ def test_list_says_which_workloads_each_contender_sits_out() -> None:
     assert done.returncode == 0, done.stderr
     for name in ("keyed-6p", "keyed-600p", "keyed-6000p", "topics-1000"):
         assert f" {name} " in done.stdout
+    for name in ("defaults", "defaults-16k", "defaults-1m", "1k-1m-lz4", "4k-16k-lz4"):
+        assert f" {name} " in done.stdout
     java = done.stdout.split("\n   java ", 1)[1]
     assert "sits out keyed-6p, keyed-600p, keyed-6000p: ProducerPerformance sends no keys" in java
     assert "sits out topics-1000: ProducerPerformance sends to one topic" in java
+    # The allocation strategies are compared where they differ: the spread workloads.
+    full = done.stdout.split("\n   aioaccum-full ", 1)[1].split("\n   aioaccum-incremental", 1)[0]
+    assert "sits out 100b-16k," in full
+    assert "keyed-6p" not in full
+    assert "topics-1000" not in full
 
 
 @pytest.mark.parametrize("wait", ["aioaccum", "aioaccum-gather", "aioaccum-wait-all"])

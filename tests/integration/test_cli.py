@@ -12,10 +12,12 @@ from .test_producer import consume_all
 
 pytestmark = [pytest.mark.kafka]
 
-# The final line of Kafka's kafka-producer-perf-test, which `aioaccum perf` mirrors.
+# The final line of Kafka's kafka-producer-perf-test, which `aioaccum perf` mirrors, then the
+# process's CPU seconds per million records and in all.
 FINAL_LINE = re.compile(
     r"^(\d+) records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, "
-    r"[\d.]+ ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, \d+ ms 99.9th\.$"
+    r"[\d.]+ ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, \d+ ms 99.9th\. "
+    r"([\d.]+) CPU s per million records \(([\d.]+) s user\+sys\)\.$"
 )
 
 
@@ -41,6 +43,10 @@ async def test_perf_prints_the_java_tools_final_line(kafka_bootstrap: str, new_t
     match = FINAL_LINE.match(final)
     assert match, final
     assert int(match.group(1)) == 20000
+    per_million, cpu_s = float(match.group(2)), float(match.group(3))
+    assert cpu_s > 0
+    # Both printed to 2 decimals: cpu_s's rounding (0.005 s) moves the quotient by 0.25.
+    assert per_million == pytest.approx(cpu_s / 20000 * 1e6, abs=0.26)
     by_partition = await consume_all(kafka_bootstrap, new_topic, 20000)
     assert sum(len(v) for v in by_partition.values()) == 20000
 
