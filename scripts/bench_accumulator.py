@@ -46,7 +46,7 @@ async def run(
         pool, batch_size=batch_size, linger=0.005, delivery_timeout=120.0, compression=codec,
         chunk_size=chunk,
     )
-    PARTITIONS = partitions_count  # noqa: N806  (the name the loop below reads)
+    PARTITIONS = partitions_count
     cluster = StaticCluster.uniform({"bench": PARTITIONS}, nodes=3)
     partitions = list(range(PARTITIONS))
     value = b"x" * value_size

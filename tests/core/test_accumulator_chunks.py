@@ -85,8 +85,8 @@ def test_a_batch_grows_chunk_by_chunk_up_to_batch_size() -> None:
     while acc.queued_batches(TopicPartition("t", 0)) < 2:
         assert isinstance(put(acc, 0, b"y" * 100), FutureRecordMetadata)
         n += 1
-    first, second = drain_all(acc)[0], None
-    assert second is None and first.estimated_size_in_bytes <= BATCH
+    first = drain_all(acc)[0]
+    assert first.estimated_size_in_bytes <= BATCH
     assert first.estimated_size_in_bytes > BATCH - 130  # filled, not cut at a chunk
     parts = first.record_parts()
     assert len(parts) == -(-first.estimated_size_in_bytes // CHUNK)
@@ -126,7 +126,8 @@ async def test_a_batch_that_cannot_grow_makes_way_for_a_waiter_in_fifo_order() -
     assert pool.available_memory() == 0
     # Partition 0's batch needs a second chunk: refused without waiting, a new batch is asked for.
     request = put(acc, 0, b"z" * 150)
-    assert isinstance(request, BufferRequest) and request.size == CHUNK
+    assert isinstance(request, BufferRequest)
+    assert request.size == CHUNK
     first = asyncio.ensure_future(put_waiting(acc, pool, 0, b"z" * 150, 10_000))
     await asyncio.sleep(0)
     assert pool.queued() == 1
@@ -140,7 +141,8 @@ async def test_a_batch_that_cannot_grow_makes_way_for_a_waiter_in_fifo_order() -
     batches[0].complete(0, -1)
     acc.deallocate(batches[0])  # one chunk back: the head (partition 0) gets it
     await asyncio.sleep(0)
-    assert first.done() and not second.done()
+    assert first.done()
+    assert not second.done()
     books(acc, pool)
     for b in batches[1:]:
         b.complete(0, -1)

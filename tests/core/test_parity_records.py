@@ -370,7 +370,9 @@ STRATEGIES = pytest.mark.parametrize(
 
 @STRATEGIES
 @pytest.mark.parametrize("codec", list(CompressionType), ids=lambda c: c.kafka_name)
-def test_records_larger_than_the_buffer_spill_alike(codec: CompressionType, chunk_size: int) -> None:
+def test_records_larger_than_the_buffer_spill_alike(
+    codec: CompressionType, chunk_size: int
+) -> None:
     twin = Twin(
         100, 0x11, {"compression": codec, "write_limit": 1 << 20, "estimated_ratio": 0.1},
         chunk_size,
