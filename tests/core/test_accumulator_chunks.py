@@ -5,6 +5,7 @@ batches hold, and everything comes back."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -12,7 +13,7 @@ from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.batch import ProducerBatch
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.codecs import CompressionType
-from aioaccum._core.futures import FutureRecordMetadata
+from aioaccum._core.futures import FutureRecordMetadata, RecordFuture
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
 from aioaccum._runtime.pool import BufferPool
 from aioaccum.errors import BufferExhaustedError, ProducerClosedError
@@ -47,7 +48,7 @@ def books(acc: RecordAccumulator, pool: BufferPool) -> None:
 
 def put(
     acc: RecordAccumulator, partition: int, value: bytes, now: float = T0
-) -> FutureRecordMetadata | BufferRequest:
+) -> RecordFuture | BufferRequest:
     bound = estimate_size_in_bytes_upper_bound(None, value, [])
     return acc.append("t", partition, TS, None, value, [], bound, ALL, CLUSTER, now)
 
@@ -208,7 +209,7 @@ class Run:
     def fail_run(self, first: int, count: int, error: BaseException) -> None:
         raise AssertionError(error)
 
-    def sink_for(self, index: int) -> object:
+    def sink_for(self, index: int) -> Callable[[FutureRecordMetadata], object]:
         raise AssertionError(index)
 
 
