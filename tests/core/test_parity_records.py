@@ -421,7 +421,7 @@ def test_incremental_builds_the_bytes_of_full(
     assert pool.out == sum(len(c) for c in chunked.chunks) - chunk_size
     # No chunk's tail is left empty: records straddle (a record larger than a chunk makes the
     # pool give one chunk of its size).
-    assert all(len(part) == len(part.obj) for part in parts[:-1])  # type: ignore[arg-type]
+    assert all(len(part) == len(part.obj) for part in parts[:-1])
     # A new sequence after close rewrites header and CRC across the chunks alike.
     for b in (full, chunked):
         b.set_producer_state(77, 4, 2000, True)
