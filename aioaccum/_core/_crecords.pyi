@@ -3,7 +3,7 @@
 See :class:`aioaccum._core.records.PyMemoryRecordsBuilder` for what each member does.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from aioaccum._core.codecs import CompressionType
 from aioaccum._core.records import Header, SimpleRecord
@@ -20,6 +20,9 @@ class MemoryRecordsBuilder:
         write_limit: int,
         base_timestamp: int | None = None,
         estimated_ratio: float = 1.0,
+        chunk_size: int = 0,
+        chunk_source: Callable[[int], bytearray | None] | None = None,
+        chunk_sink: Callable[[bytearray], None] | None = None,
     ) -> None: ...
     def try_append(
         self, timestamp: int, key: bytes | None, value: bytes | None, headers: Sequence[Header]
@@ -41,9 +44,12 @@ class MemoryRecordsBuilder:
     ) -> None: ...
     def close(self) -> None: ...
     def build(self) -> memoryview: ...
+    def build_parts(self) -> list[memoryview]: ...
     def iter_records(self) -> Iterator[SimpleRecord]: ...
     @property
     def buffer(self) -> bytearray: ...
+    @property
+    def chunks(self) -> list[bytearray]: ...
     @property
     def compression(self) -> CompressionType: ...
     @property

@@ -22,6 +22,12 @@ as long as the builder's capacity; anything else is written through the ``memory
 Python. The cold parts (closing, compression, the header and CRC, reading records back) call the
 same module-level functions of records.py as the Python builder does.
 
+With incremental allocation (``chunk_size`` above 0) the buffer is the first of a list of pooled
+chunks, laid out as one stream: ``_off`` and ``_end`` bound the chunk being written, and
+``_data`` points at its first byte. A record that fits the chunk is written through the pointer
+as above; one that runs past its end is encoded into a ``bytes`` and copied across the chunks
+(``_straddle``), which happens once per chunk, not per record.
+
 One difference is deliberate: timestamps, ``base_timestamp`` and ``write_limit`` are C
 ``int64_t`` (the batch header's type), so a value that is not an int in that range raises
 ``TypeError`` or ``OverflowError`` at the call, where the Python builder takes it and fails later
@@ -50,6 +56,7 @@ from cpython.unicode cimport PyUnicode_CheckExact
 from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint64_t
 from libc.string cimport memcpy, strcmp
 
+from aioaccum._core import chunks as _chunks
 from aioaccum._core.codecs import (
     COMPRESSION_RATE_ESTIMATION_FACTOR,
     CompressionType,
@@ -336,6 +343,14 @@ cdef class MemoryRecordsBuilder:
     cdef object _producer_epoch
     cdef object _base_sequence
     cdef object _is_transactional
+    cdef object _chunks  # list of the pooled chunks, or None (one buffer, full allocation)
+    cdef Py_ssize_t _chunk_size
+    cdef object _source
+    cdef object _sink
+    cdef Py_ssize_t _off  # logical offset of the chunk being written (0 without chunks)
+    cdef Py_ssize_t _end  # logical end of the chunk being written (_capacity without chunks)
+    cdef Py_ssize_t _ci  # index of the chunk being written
+    cdef object _tail  # compressed bytes the chunks could not hold, or None
 
     def __init__(
         self,
@@ -346,6 +361,9 @@ cdef class MemoryRecordsBuilder:
         write_limit,
         base_timestamp=None,
         estimated_ratio=1.0,
+        chunk_size=0,
+        chunk_source=None,
+        chunk_sink=None,
     ):
         self._buffer = buffer
         self._compression = (
@@ -364,6 +382,9 @@ cdef class MemoryRecordsBuilder:
         self._data = NULL  # until _point() has checked the new view
         self._view = memoryview(buffer)
         self._capacity = len(buffer)
+        self._off = 0
+        self._end = self._capacity
+        self._ci = 0
         self._point()
         self._spill = None
         self._appends_closed = False
@@ -375,7 +396,19 @@ cdef class MemoryRecordsBuilder:
         self._producer_epoch = _NO_PRODUCER_EPOCH
         self._base_sequence = _NO_SEQUENCE
         self._is_transactional = False
-        if self._capacity < _OVERHEAD:
+        self._chunk_size = chunk_size
+        self._chunks = None
+        self._source = chunk_source
+        self._sink = chunk_sink
+        self._tail = None
+        if self._chunk_size > 0:
+            if self._capacity < _OVERHEAD:
+                raise ValueError(
+                    f"the first chunk holds the {_OVERHEAD}-byte batch header; got "
+                    f"{self._capacity} bytes"
+                )
+            self._chunks = [buffer]
+        elif self._capacity < _OVERHEAD:
             self._grow(_OVERHEAD)
 
     cdef void _point(self) noexcept:
@@ -390,7 +423,7 @@ cdef class MemoryRecordsBuilder:
             and view.itemsize == 1
             and (view.format == NULL or strcmp(view.format, b"B") == 0)
             and PyBuffer_IsContiguous(view, b"C")
-            and self._capacity <= view.len
+            and self._end - self._off <= view.len
         ):
             self._data = <unsigned char*>view.buf
         else:
@@ -438,8 +471,8 @@ cdef class MemoryRecordsBuilder:
         end = pos + total
         if not self._make_room(n, timestamp, pos, total, limit):
             return -1
-        if self._data != NULL:
-            start = self._data + pos
+        if self._data != NULL and end <= self._end:
+            start = self._data + (pos - self._off)
             if _put_record(start, start + total, body, delta, n, &f, headers) == NULL:
                 raise RuntimeError("headers changed while a record was being written")
         else:
@@ -447,7 +480,10 @@ cdef class MemoryRecordsBuilder:
             start = <unsigned char*>PyBytes_AS_STRING(record)
             if _put_record(start, start + total, body, delta, n, &f, headers) == NULL:
                 raise RuntimeError("headers changed while a record was being written")
-            self._view[pos:end] = record
+            if end <= self._end:
+                self._view[pos - self._off : end - self._off] = record
+            else:
+                self._straddle(pos, record)
         self._pos = end
         self._num_records = n + 1
         return n
@@ -460,10 +496,12 @@ cdef class MemoryRecordsBuilder:
         cdef Py_ssize_t total = PyBytes_GET_SIZE(record)
         if not self._make_room(n, timestamp, pos, total, limit):
             return -1
-        if self._data != NULL:
-            memcpy(self._data + pos, PyBytes_AS_STRING(record), total)
+        if pos + total > self._end:
+            self._straddle(pos, record)
+        elif self._data != NULL:
+            memcpy(self._data + (pos - self._off), PyBytes_AS_STRING(record), total)
         else:
-            self._view[pos : pos + total] = record
+            self._view[pos - self._off : pos + total - self._off] = record
         self._pos = pos + total
         self._num_records = n + 1
         return n
@@ -486,13 +524,50 @@ cdef class MemoryRecordsBuilder:
                     return 0
             elif pos + total > limit:
                 return 0
-            if timestamp > self._max_timestamp:
-                self._max_timestamp = timestamp
-        else:
-            self._max_timestamp = timestamp
+        # Room is made before anything changes: a chunk the pool cannot give refuses the record.
         if pos + total > self._capacity:
-            self._grow(pos + total)
+            if self._chunks is None:
+                self._grow(pos + total)
+            elif not self._add_chunks(pos + total):
+                return 0
+        if not n or timestamp > self._max_timestamp:
+            self._max_timestamp = timestamp
         return 1
+
+    cdef bint _add_chunks(self, Py_ssize_t needed) except -1:
+        """Take chunks until the stream holds ``needed`` bytes; False if the pool had none."""
+        cdef list chunks = self._chunks
+        while self._capacity < needed:
+            if self._source is None:
+                return False
+            chunk = self._source(max(self._chunk_size, needed - self._capacity))
+            if chunk is None:
+                return False
+            chunks.append(chunk)
+            self._capacity += len(chunk)
+        return True
+
+    cdef int _straddle(self, Py_ssize_t pos, bytes record) except -1:
+        """Write a record that runs past the current chunk, moving on chunk by chunk."""
+        cdef list chunks = self._chunks
+        cdef Py_ssize_t start = 0
+        cdef Py_ssize_t length = PyBytes_GET_SIZE(record)
+        cdef Py_ssize_t take
+        data = memoryview(record)
+        while True:
+            take = min(self._end - pos, length - start)
+            self._view[pos - self._off : pos - self._off + take] = data[start : start + take]
+            pos += take
+            start += take
+            if start == length:
+                return 0
+            self._ci += 1
+            chunk = chunks[self._ci]
+            self._data = NULL
+            self._off = self._end
+            self._view = memoryview(chunk)
+            self._end = self._off + len(chunk)
+            self._point()
 
     def has_room_for(self, timestamp, key, value, headers):
         """Whether :meth:`try_append` would accept this record (Java's ``hasRoomFor``)."""
@@ -539,6 +614,7 @@ cdef class MemoryRecordsBuilder:
         self._data = NULL
         self._view = memoryview(spill)
         self._capacity = capacity
+        self._end = capacity
         self._point()
         return 0
 
@@ -575,8 +651,22 @@ cdef class MemoryRecordsBuilder:
             self._out = self._buffer
             self._size = 0
             self._closed = True
+            if self._chunks is not None:
+                _chunks.trim(self._chunks, 1, self._sink)
             return
         pos = self._pos
+        if self._chunks is not None:
+            self._release()
+            if self._codec:
+                self._size, self._tail, self._compression_ratio = _chunks.compress_chunks(
+                    self._compression, self._level, self._chunks, pos
+                )
+            else:
+                self._size = pos
+            _chunks.trim(self._chunks, self._size, self._sink)
+            self._closed = True
+            self._write_header()
+            return
         if self._codec:
             out, size, self._compression_ratio = _records().compress_records(
                 self._compression, self._level, self._view, pos, self._buffer
@@ -608,18 +698,46 @@ cdef class MemoryRecordsBuilder:
             self._producer_id,
             self._producer_epoch,
             self._base_sequence,
+            None if self._chunks is None else self._parts(),
         )
 
     def build(self):
-        """Close if needed and return a view of exactly the batch's bytes."""
+        """Close if needed and return a view of exactly the batch's bytes (chunked: joined)."""
         self.close()
-        return memoryview(self._out)[: self._size]
+        if self._chunks is None:
+            return memoryview(self._out)[: self._size]
+        batch_parts = self._parts()
+        return batch_parts[0] if len(batch_parts) == 1 else memoryview(_chunks.joined(batch_parts))
+
+    def build_parts(self):
+        """Close if needed and return the batch's bytes as the buffers that hold them."""
+        self.close()
+        if self._chunks is None:
+            return [memoryview(self._out)[: self._size]]
+        return self._parts()
+
+    cdef list _parts(self):
+        if not self._size:
+            return [memoryview(self._buffer)[:0]]
+        batch_parts = _chunks.parts(self._chunks, self._size)
+        if self._tail is not None:
+            batch_parts.append(memoryview(self._tail))
+        return batch_parts
 
     # ------------------------------------------------------------------------------- reading
 
     def iter_records(self):
         """Yield the appended records in order, decoded from the written bytes."""
-        if self._closed:
+        if self._chunks is not None:
+            if self._closed:
+                if not self._size:
+                    return
+                section = _records().closed_section(
+                    self._compression, _chunks.joined(self._parts()), self._size
+                )
+            else:
+                section = _chunks.joined(_chunks.parts(self._chunks, self._pos), _OVERHEAD)
+        elif self._closed:
             if not self._size:
                 return
             section = _records().closed_section(self._compression, self._out, self._size)
@@ -633,6 +751,11 @@ cdef class MemoryRecordsBuilder:
     def buffer(self):
         """The pooled buffer given at construction (return this one to the pool)."""
         return self._buffer
+
+    @property
+    def chunks(self):
+        """Every pooled buffer the batch holds: the one given at construction, or the chunks."""
+        return [self._buffer] if self._chunks is None else list(self._chunks)
 
     @property
     def compression(self):

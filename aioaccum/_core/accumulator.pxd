@@ -31,6 +31,8 @@ cdef class RecordAccumulator:
     cdef public object fatal_error
     cdef public object _txn
     cdef public Py_ssize_t _batch_size
+    cdef public Py_ssize_t _chunk_size
+    cdef public Py_ssize_t _open_size
     cdef public double _linger
     cdef public double _delivery_timeout
     cdef public object _compression

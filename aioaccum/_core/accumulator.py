@@ -27,6 +27,15 @@ Everything else here is synchronous and takes the time as an argument, as Kafka'
 
 A batch is in the "incomplete" set from its creation until it ends; its buffer goes back to the
 pool only through :meth:`deallocate`, which the sender calls once no request can still read it.
+
+With incremental allocation (``chunk_size``, KIP-1332; see :mod:`aioaccum._core.chunks`) the
+buffer is a list of chunks that grows as records arrive: a batch opens with one chunk, and takes
+the next from the pool without waiting (``allocate_nowait``, so it never overtakes a queued
+waiter) when its records outgrow it. When the pool has none, the record does not go in, exactly
+as if the batch were full: the batch becomes sendable behind the new one, and the new batch's
+chunk is asked for through :class:`BufferRequest`, which waits in the pool's FIFO. A compressed
+batch hands back the chunks its compressed bytes no longer fill when it closes; the rest go
+back through :meth:`deallocate`.
 """
 
 from __future__ import annotations
@@ -144,6 +153,10 @@ class RecordAccumulator:
         loop: Where record futures report their outcome (``call_soon``); the accumulator only
             hands it to each batch. ``None`` runs callbacks inline (loop-free tests).
         clock: The time of a new batch when ``append`` is not told it (the loop's clock).
+        chunk_size: Above 0: incremental allocation (KIP-1332): a new batch takes a chunk of
+            this many bytes (or its first record's size, if larger) from ``pool``, whose
+            ``poolable_size`` it should be, and more chunks as its records need them, without
+            waiting; 0 takes ``batch_size`` bytes per batch (``full``).
         availability_timeout: With adaptive partitioning, keyless records avoid the partitions
             of a node that has had data ready but was not drained for longer than this, in
             seconds (``partitioner_availability_timeout_ms``); 0 never avoids any.
@@ -165,8 +178,12 @@ class RecordAccumulator:
         loop: CallbackLoop | None = None,
         clock: Callable[[], float] = time.monotonic,
         availability_timeout: float = 0.0,
+        chunk_size: int = 0,
     ) -> None:
         self._pool = pool
+        self._chunk_size = chunk_size
+        # What a new batch takes from the pool at least (the first record may need more).
+        self._open_size = chunk_size or batch_size
         self._clock = clock
         # The pool's lock guards the batches too: threads append while the loop drains, and an
         # append that opens a batch takes memory from the pool in the same step.
@@ -331,7 +348,7 @@ class RecordAccumulator:
             else:
                 # record_size bounds a batch of this record alone, as Java's
                 # estimateBatchSizeUpperBound does: the first record always fits.
-                size = max(self._batch_size, record_size)
+                size = max(self._open_size, record_size)
                 got = self._pool.allocate_nowait(size)
                 if got is None:
                     return BufferRequest(chosen, size, sticky)
@@ -488,12 +505,20 @@ class RecordAccumulator:
         from_pool: bool = True,
         write_limit: int = 0,
     ) -> ProducerBatch:
+        # Chunks come without waiting, under the pool's lock: when the pool has none, the
+        # record is refused as by a full batch and the caller opens the next one through the
+        # BufferRequest path, which waits in the pool's FIFO. A split's parts (outside the pool)
+        # are one buffer each.
+        chunked = from_pool and self._chunk_size > 0
         builder = MemoryRecordsBuilder(
             buffer,
             compression=self._compression,
             compression_level=self._compression_level,
             write_limit=write_limit or self._batch_size,
             estimated_ratio=self._estimator.estimation(tp.topic, self._compression),
+            chunk_size=self._chunk_size if chunked else 0,
+            chunk_source=self._pool.allocate_nowait if chunked else None,
+            chunk_sink=self._pool.deallocate if chunked else None,
         )
         return ProducerBatch(tp, builder, now, loop=self._loop, from_pool=from_pool)
 
@@ -740,7 +765,11 @@ class RecordAccumulator:
                     batch.tp.topic, batch.compression, batch.builder.compression_ratio
                 )
             if batch.from_pool:
-                self._pool.deallocate(batch.buffer)
+                if self._chunk_size:
+                    for chunk in batch.builder.chunks:
+                        self._pool.deallocate(chunk)
+                else:
+                    self._pool.deallocate(batch.buffer)
 
     def mute(self, tp: TopicPartition) -> None:
         with self._lock:

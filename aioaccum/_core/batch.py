@@ -99,7 +99,8 @@ class ProducerBatch:
         self.backoff = 0.0
         self.builder = builder
         # The pooled buffer is kept apart from the builder: the builder may spill into a bigger
-        # bytearray, but it is this object that goes back to the pool.
+        # bytearray, but it is this object that goes back to the pool (with incremental
+        # allocation, the first of the chunks: builder.chunks lists them all).
         self.buffer = builder.buffer
         # Bound once: looking the method up by name cost as much as a tenth of an append.
         self._builder_append = builder.try_append
@@ -232,8 +233,19 @@ class ProducerBatch:
         return self.closed
 
     def records(self) -> memoryview:
-        """Exactly the bytes this batch wrote: never the stale tail of a reused buffer."""
+        """Exactly the bytes this batch wrote: never the stale tail of a reused buffer.
+
+        One contiguous view: a batch in chunks is joined (a copy), so the send path takes
+        :meth:`record_parts` instead.
+        """
         return self.builder.build()
+
+    def record_parts(self) -> list[memoryview]:
+        """The batch's bytes in order, the 61-byte header at the front, as the buffers that
+        hold them: one view per pooled chunk (one in all with ``full`` allocation). Hand them
+        to ``transport.writelines`` as they are; they stay valid until the batch is
+        deallocated."""
+        return self.builder.build_parts()
 
     def set_producer_state(
         self, producer_id: int, epoch: int, base_sequence: int, transactional: bool = False

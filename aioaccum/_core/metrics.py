@@ -394,7 +394,7 @@ class ProducerMetrics:
 
     def record_success(self, batch: ProducerBatch, now: float) -> None:
         """The broker acknowledged ``batch``."""
-        size = len(batch.records())
+        size = batch.estimated_size_in_bytes  # exact once closed: no join of a chunked batch
         count = batch.record_count
         if not self._windowed:
             self._sent.add(count)

@@ -262,7 +262,7 @@ class ReadyIndex:
             if txn is not None:
                 txn.stamp(first)
             first.close()
-            size += len(first.records())
+            size += first.estimated_size_in_bytes  # exact once closed, chunked or not
             taken.append(first)
             if dq:
                 self._refresh(tp, cluster, now)

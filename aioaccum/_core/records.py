@@ -15,6 +15,11 @@ compressed as a whole and placed after the header. Whether the next record fits 
 Java does: exactly for uncompressed batches; for compressed ones from the uncompressed size
 times the topic's estimated compression ratio (times 1.05).
 
+With incremental allocation (KIP-1332, see :mod:`aioaccum._core.chunks`) the builder is given
+a first pooled chunk and a way to take more: the records are laid over the chunks in order,
+straddling their boundaries, and nothing spills; the batch goes out as one view per chunk
+(:meth:`~MemoryRecordsBuilder.build_parts`).
+
 The pooled buffer never changes size. When an append needs more room than it has (a first record
 larger than the buffer, or uncompressed records that a good compression ratio lets grow past
 it), the written bytes move to a growable spill ``bytearray``, as Java's
@@ -27,11 +32,12 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 from crc32c import crc32c
 
+from aioaccum._core import chunks as _chunks
 from aioaccum._core.codecs import (
     COMPRESSION_RATE_ESTIMATION_FACTOR,
     CompressionRatioEstimator,
@@ -227,6 +233,11 @@ class MemoryRecordsBuilder:
         base_timestamp: Timestamp deltas are relative to this; ``None`` = the first record's.
         estimated_ratio: Expected compressed/uncompressed ratio, from
             :class:`~aioaccum._core.codecs.CompressionRatioEstimator`. Ignored without compression.
+        chunk_size: Above 0: incremental allocation. ``buffer`` is the first chunk, and more
+            come from ``chunk_source`` (at least ``chunk_size`` bytes each) as records need them.
+        chunk_source: Gives a chunk without waiting, or ``None``: the record is then refused
+            as if the batch were full.
+        chunk_sink: Takes back the chunks a compressed batch no longer fills at close.
 
     Raises:
         ConfigError: ``compression_level`` is out of range for ``compression``.
@@ -239,21 +250,29 @@ class MemoryRecordsBuilder:
         "_base_timestamp",
         "_buffer",
         "_capacity",
+        "_chunk_size",
+        "_chunks",
+        "_ci",
         "_closed",
         "_compression",
         "_compression_ratio",
+        "_end",
         "_est_factor",
         "_is_transactional",
         "_level",
         "_limit",
         "_max_timestamp",
         "_num_records",
+        "_off",
         "_out",
         "_pos",
         "_producer_epoch",
         "_producer_id",
+        "_sink",
         "_size",
+        "_source",
         "_spill",
+        "_tail",
         "_view",
         "_write_limit",
     )
@@ -267,6 +286,9 @@ class MemoryRecordsBuilder:
         write_limit: int,
         base_timestamp: int | None = None,
         estimated_ratio: float = 1.0,
+        chunk_size: int = 0,
+        chunk_source: Callable[[int], bytearray | None] | None = None,
+        chunk_sink: Callable[[bytearray], None] | None = None,
     ) -> None:
         self._buffer = buffer
         self._compression = (
@@ -293,7 +315,23 @@ class MemoryRecordsBuilder:
         self._producer_epoch = NO_PRODUCER_EPOCH
         self._base_sequence = NO_SEQUENCE
         self._is_transactional = False
-        if self._capacity < RECORD_BATCH_OVERHEAD:
+        # Chunked: the logical stream's offset of the chunk being written, and its end.
+        self._off = 0
+        self._end = self._capacity
+        self._ci = 0
+        self._chunk_size = chunk_size
+        self._chunks: list[bytearray] | None = None
+        self._source = chunk_source
+        self._sink = chunk_sink
+        self._tail: bytes | None = None  # compressed bytes the chunks could not hold
+        if chunk_size > 0:
+            if self._capacity < RECORD_BATCH_OVERHEAD:
+                raise ValueError(
+                    f"the first chunk holds the {RECORD_BATCH_OVERHEAD}-byte batch header; got "
+                    f"{self._capacity} bytes"
+                )
+            self._chunks = [buffer]
+        elif self._capacity < RECORD_BATCH_OVERHEAD:
             self._grow(RECORD_BATCH_OVERHEAD)
 
     # ------------------------------------------------------------------------------ appending
@@ -336,13 +374,19 @@ class MemoryRecordsBuilder:
                     return -1
             elif end > self._limit:
                 return -1
-            if timestamp > self._max_timestamp:
-                self._max_timestamp = timestamp
-        else:
-            self._max_timestamp = timestamp
+        # Room is made before anything changes: a chunk the pool cannot give refuses the record.
         if end > self._capacity:
-            self._grow(end)
-        self._view[pos:end] = record
+            if self._chunks is None:
+                self._grow(end)
+            elif not self._add_chunks(end):
+                return -1
+        if not n or timestamp > self._max_timestamp:
+            self._max_timestamp = timestamp
+        if end <= self._end:
+            off = self._off
+            self._view[pos - off : end - off] = record
+        else:
+            self._straddle(pos, record)
         self._pos = end
         self._num_records = n + 1
         return n
@@ -406,6 +450,45 @@ class MemoryRecordsBuilder:
         self._spill = spill
         self._view = memoryview(spill)
         self._capacity = capacity
+        self._end = capacity
+
+    def _add_chunks(self, needed: int) -> bool:
+        """Take chunks until the stream holds ``needed`` bytes; False if the pool had none.
+
+        Chunks taken before a refusal stay with the batch (and go back with it): the pool's
+        accounting sees them as the batch's either way.
+        """
+        chunks = self._chunks
+        assert chunks is not None
+        source = self._source
+        while self._capacity < needed:
+            want = max(self._chunk_size, needed - self._capacity)
+            chunk = None if source is None else source(want)
+            if chunk is None:
+                return False
+            chunks.append(chunk)
+            self._capacity += len(chunk)
+        return True
+
+    def _straddle(self, pos: int, record: bytes) -> None:
+        """Write a record that runs past the current chunk, moving on chunk by chunk."""
+        chunks = self._chunks
+        assert chunks is not None
+        data = memoryview(record)
+        start = 0
+        while True:
+            take = min(self._end - pos, len(data) - start)
+            off = self._off
+            self._view[pos - off : pos - off + take] = data[start : start + take]
+            pos += take
+            start += take
+            if start == len(data):
+                return
+            self._ci += 1
+            chunk = chunks[self._ci]
+            self._off = self._end
+            self._view = memoryview(chunk)
+            self._end = self._off + len(chunk)
 
     def set_estimated_compression_ratio(self, ratio: float) -> None:
         """Replace the compression-ratio estimate used by the room checks."""
@@ -455,8 +538,22 @@ class MemoryRecordsBuilder:
             self._out = self._buffer
             self._size = 0
             self._closed = True
+            if self._chunks is not None:
+                _chunks.trim(self._chunks, 1, self._sink)
             return
         pos = self._pos
+        if self._chunks is not None:
+            self._view.release()
+            if self._compression:
+                self._size, self._tail, self._compression_ratio = _chunks.compress_chunks(
+                    self._compression, self._level, self._chunks, pos
+                )
+            else:
+                self._size = pos
+            _chunks.trim(self._chunks, self._size, self._sink)
+            self._closed = True
+            self._write_header()
+            return
         if self._compression:
             out, size, self._compression_ratio = compress_records(
                 self._compression, self._level, self._view, pos, self._buffer
@@ -484,12 +581,35 @@ class MemoryRecordsBuilder:
             self._producer_id,
             self._producer_epoch,
             self._base_sequence,
+            None if self._chunks is None else self._parts(),
         )
 
     def build(self) -> memoryview:
-        """Close if needed and return a view of exactly the batch's bytes."""
+        """Close if needed and return a view of exactly the batch's bytes (chunked: joined,
+        a copy: the send path takes :meth:`build_parts`)."""
         self.close()
-        return memoryview(self._out)[: self._size]
+        if self._chunks is None:
+            return memoryview(self._out)[: self._size]
+        batch_parts = self._parts()
+        return batch_parts[0] if len(batch_parts) == 1 else memoryview(_chunks.joined(batch_parts))
+
+    def build_parts(self) -> list[memoryview]:
+        """Close if needed and return the batch's bytes as the buffers that hold them, in order
+        (one per chunk; one in all without chunks): what goes to ``transport.writelines``."""
+        self.close()
+        if self._chunks is None:
+            return [memoryview(self._out)[: self._size]]
+        return self._parts()
+
+    def _parts(self) -> list[memoryview]:
+        chunks = self._chunks
+        assert chunks is not None
+        if not self._size:
+            return [memoryview(self._buffer)[:0]]
+        batch_parts = _chunks.parts(chunks, self._size)
+        if self._tail is not None:
+            batch_parts.append(memoryview(self._tail))
+        return batch_parts
 
     # ------------------------------------------------------------------------------- reading
 
@@ -499,7 +619,18 @@ class MemoryRecordsBuilder:
         Meant for the rare re-read (splitting a batch the broker found too large), not for
         the hot path. Works before and after :meth:`close`.
         """
-        if self._closed:
+        if self._chunks is not None:
+            if self._closed:
+                if not self._size:
+                    return
+                section = closed_section(
+                    self._compression, _chunks.joined(self._parts()), self._size
+                )
+            else:
+                section = _chunks.joined(
+                    _chunks.parts(self._chunks, self._pos), RECORD_BATCH_OVERHEAD
+                )
+        elif self._closed:
             if not self._size:
                 return
             section = closed_section(self._compression, self._out, self._size)
@@ -513,6 +644,12 @@ class MemoryRecordsBuilder:
     def buffer(self) -> bytearray:
         """The pooled buffer given at construction (return this one to the pool)."""
         return self._buffer
+
+    @property
+    def chunks(self) -> list[bytearray]:
+        """Every pooled buffer the batch holds (return each to the pool): the one buffer
+        given at construction, or the chunks."""
+        return [self._buffer] if self._chunks is None else list(self._chunks)
 
     @property
     def compression(self) -> CompressionType:
@@ -654,8 +791,11 @@ def write_batch_header(
     producer_id: int,
     producer_epoch: int,
     base_sequence: int,
+    batch_parts: list[memoryview] | None = None,
 ) -> None:
-    """Write the v2 batch header into ``out[:61]``, then the CRC-32C over what it covers."""
+    """Write the v2 batch header into ``out[:61]``, then the CRC-32C over what it covers:
+    ``out[21:size]``, or with ``batch_parts`` (``out`` is the first chunk) the stream they lay
+    out from byte 21."""
     attributes = int(compression)
     if is_transactional:
         attributes |= _TRANSACTIONAL_FLAG
@@ -676,10 +816,14 @@ def write_batch_header(
         base_sequence,
         num_records,
     )
-    _CRC.pack_into(out, _CRC_OFFSET, crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:size]))
+    if batch_parts is None:
+        crc = crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:size])
+    else:
+        crc = _chunks.crc_of_parts(batch_parts, _ATTRIBUTES_OFFSET)
+    _CRC.pack_into(out, _CRC_OFFSET, crc)
 
 
-def closed_section(compression: CompressionType, out: bytearray, size: int) -> bytes:
+def closed_section(compression: CompressionType, out: bytearray | bytes, size: int) -> bytes:
     """The records section of a closed batch, decompressed."""
     section = bytes(memoryview(out)[RECORD_BATCH_OVERHEAD:size])
     return decompress(compression, section) if compression else section

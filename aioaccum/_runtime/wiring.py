@@ -11,6 +11,7 @@ import asyncio
 from typing import NamedTuple
 
 from aioaccum._core.accumulator import RecordAccumulator
+from aioaccum._core.chunks import chunk_size_for
 from aioaccum._core.codecs import CompressionType
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.metrics import ProducerMetrics
@@ -40,7 +41,13 @@ def build_machinery(
     loop: asyncio.AbstractEventLoop,
 ) -> Machinery:
     """Pool, accumulator and sender for ``cfg``, sending through ``kafka``, on ``loop``."""
-    pool = BufferPool(cfg.buffer_memory, cfg.batch_size)
+    # Incremental allocation (KIP-1332): the pool's pooled buffers are the chunks batches grow by.
+    chunk_size = (
+        chunk_size_for(cfg.batch_size)
+        if cfg.buffer_memory_allocation_strategy == "incremental"
+        else 0
+    )
+    pool = BufferPool(cfg.buffer_memory, chunk_size or cfg.batch_size)
     metrics.bind(pool, loop.time)
     txn = TransactionManager(cfg.transactional_id) if cfg.enable_idempotence else None
     acc = RecordAccumulator(
@@ -57,6 +64,7 @@ def build_machinery(
         loop=loop,
         clock=loop.time,
         availability_timeout=cfg.partitioner_availability_timeout_ms / 1000,
+        chunk_size=chunk_size,
     )
     core = SenderCore(
         acc,

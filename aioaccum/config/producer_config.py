@@ -332,12 +332,6 @@ class _Rules:
         self.opentelemetry(v, explicit)
         self.partitioning(v)
         n = self.name
-        if v["buffer_memory_allocation_strategy"] == "incremental":
-            raise ConfigError(
-                f"{n('buffer_memory_allocation_strategy')}='incremental' is not available yet: "
-                "batches still take batch_size bytes of buffer_memory each (KIP-1332's "
-                "incremental allocation is being built); use 'full', the default"
-            )
         if v["batch_size"] > v["buffer_memory"]:
             raise ConfigError(
                 f"{n('batch_size')}={v['batch_size']} is larger than "

@@ -91,7 +91,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("buffer_memory_allocation_strategy", "buffer.memory.allocation.strategy",
             Choice(ALLOCATION_STRATEGIES, upper=False), "full",
             "How batches take buffer_memory: 'full' holds batch_size per open batch; "
-            "'incremental' (KIP-1332) is not available yet"),
+            "'incremental' (KIP-1332) holds 2 KiB chunks that grow with the records, up to "
+            "batch_size, compressed batches included"),
     Setting("max_block_ms", "max.block.ms", _LONG, 60000,
             "How long send() may wait for buffer memory or metadata"),
     Setting("max_request_size", "max.request.size", Int(1, INT_MAX), 1048576,

@@ -49,6 +49,7 @@ PROPERTIES = (
     "producer_epoch",
     "base_sequence",
     "is_transactional",
+    "chunks",
 )
 
 # ------------------------------------------------------------------------------ the harness
@@ -78,6 +79,8 @@ def plain(value: object, pooled: bytearray) -> object:
         return ("view", bytes(value), value.obj is pooled, len(value.obj))  # type: ignore[arg-type]
     if value is pooled:
         return ("pooled",)
+    if isinstance(value, list):
+        return [plain(item, pooled) for item in value]
     if type(value).__name__ == "MemoryRecordsBuilder":  # a constructor's result
         return ("builder",)
     return value
@@ -94,17 +97,32 @@ class Twin:
     buffer_size: int
     fill: int
     kwargs: dict[str, Any]
+    chunk_size: int = 0
+    """Above 0: incremental allocation, each builder with its own pool of dirty chunks."""
+    refuse_every: int = 0
+    """With chunks: the pool refuses every n-th chunk (0: never)."""
     py_pooled: bytearray = field(init=False)
     c_pooled: bytearray = field(init=False)
     py: Any = field(init=False, default=None)
     c: Any = field(init=False, default=None)
 
+    py_pool: ChunkPool = field(init=False)
+    c_pool: ChunkPool = field(init=False)
+
     def __post_init__(self) -> None:
         self.py_pooled = bytearray([self.fill]) * self.buffer_size
         self.c_pooled = bytearray([self.fill]) * self.buffer_size
+        self.py_pool = ChunkPool(self.fill, self.refuse_every)
+        self.c_pool = ChunkPool(self.fill, self.refuse_every)
+        py_kwargs, c_kwargs = dict(self.kwargs), dict(self.kwargs)
+        if self.chunk_size:
+            for kwargs, pool in ((py_kwargs, self.py_pool), (c_kwargs, self.c_pool)):
+                kwargs.update(
+                    chunk_size=self.chunk_size, chunk_source=pool.take, chunk_sink=pool.give
+                )
         made = self.both(
-            lambda: PyMemoryRecordsBuilder(self.py_pooled, **self.kwargs),
-            lambda: CMemoryRecordsBuilder(self.c_pooled, **self.kwargs),
+            lambda: PyMemoryRecordsBuilder(self.py_pooled, **py_kwargs),
+            lambda: CMemoryRecordsBuilder(self.c_pooled, **c_kwargs),
         )
         if made[0][0] == "returned":
             self.py, self.c = made[0][1], made[1][1]
@@ -145,6 +163,28 @@ class Twin:
 
     def check(self) -> None:
         assert self.snapshot(self.c, self.c_pooled) == self.snapshot(self.py, self.py_pooled)
+        assert self.c_pool.log == self.py_pool.log
+
+
+class ChunkPool:
+    """A stand-in for the BufferPool's chunk calls: dirty chunks, refusals, a log of both."""
+
+    def __init__(self, fill: int, refuse_every: int) -> None:
+        self.fill = fill
+        self.refuse_every = refuse_every
+        self.log: list[tuple[str, int]] = []
+        self.out = 0
+
+    def take(self, size: int) -> bytearray | None:
+        self.log.append(("take", size))
+        if self.refuse_every and len(self.log) % self.refuse_every == 0:
+            return None
+        self.out += size
+        return bytearray([self.fill]) * size
+
+    def give(self, chunk: bytearray) -> None:
+        self.log.append(("give", len(chunk)))
+        self.out -= len(chunk)
 
 
 # ------------------------------------------------------------------------------- strategies
@@ -240,6 +280,7 @@ operations = st.one_of(
     st.tuples(st.just("close_for_record_appends"), st.just(())),
     st.tuples(st.just("close"), st.just(())),
     st.tuples(st.just("build"), st.just(())),
+    st.tuples(st.just("build_parts"), st.just(())),
     st.tuples(st.just("set_producer_state"), producer_states.map(lambda s: tuple(map(fixed, s)))),
     st.tuples(st.just("set_estimated_compression_ratio"), ratios.map(lambda r: (fixed(r),))),
 )
@@ -260,20 +301,28 @@ buffer_sizes = st.sampled_from([0, 10, 61, 62, 100, 300, 1024, 4096])
 # ------------------------------------------------------------------------------------ tests
 
 
+# 0: one buffer (full allocation); else incremental, with chunks of that size.
+chunk_sizes = st.sampled_from([0, 0, 64, 100, 2048])
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     config=configs,
     buffer_size=buffer_sizes,
     fill=st.sampled_from([0, 0xA5, 0xFF]),
     ops=st.lists(operations, max_size=30),
+    chunk_size=chunk_sizes,
+    refuse_every=st.sampled_from([0, 0, 2, 5]),
 )
 def test_random_call_sequences_agree(
     config: dict[str, Any],
     buffer_size: int,
     fill: int,
     ops: list[tuple[str, tuple[Recipe, ...]]],
+    chunk_size: int,
+    refuse_every: int,
 ) -> None:
-    twin = Twin(buffer_size, fill, config)
+    twin = Twin(buffer_size, fill, config, chunk_size, refuse_every)
     if not twin.built:
         return
     for name, args in ops:
@@ -289,6 +338,7 @@ def test_random_call_sequences_agree(
     write_limit=st.sampled_from([100, 1000, 16384]),
     ratio=st.sampled_from([1.0, 0.5, 0.05]),
     records=st.lists(st.tuples(timestamps, blobs, blobs, headers_lists), min_size=1, max_size=60),
+    chunk_size=chunk_sizes,
 )
 def test_filling_batches_agree(
     codec: CompressionType,
@@ -296,12 +346,14 @@ def test_filling_batches_agree(
     write_limit: int,
     ratio: float,
     records: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
+    chunk_size: int,
 ) -> None:
     """The accumulator's loop: try_append until full, then close, read back, set state, re-read."""
     twin = Twin(
         buffer_size,
         0xEE,
         {"compression": codec, "write_limit": write_limit, "estimated_ratio": ratio},
+        chunk_size,
     )
     for ts, key, value, headers in records:
         if twin.call("try_append", fixed(ts), fixed(key), fixed(value), fixed(headers)) == -1:
@@ -311,14 +363,85 @@ def test_filling_batches_agree(
     twin.call("build")
 
 
+STRATEGIES = pytest.mark.parametrize(
+    "chunk_size", [0, 64, 2048], ids=["full", "incremental-64", "incremental-2048"]
+)
+
+
+@STRATEGIES
 @pytest.mark.parametrize("codec", list(CompressionType), ids=lambda c: c.kafka_name)
-def test_records_larger_than_the_buffer_spill_alike(codec: CompressionType) -> None:
-    twin = Twin(100, 0x11, {"compression": codec, "write_limit": 1 << 20, "estimated_ratio": 0.1})
+def test_records_larger_than_the_buffer_spill_alike(
+    codec: CompressionType, chunk_size: int
+) -> None:
+    twin = Twin(
+        100, 0x11, {"compression": codec, "write_limit": 1 << 20, "estimated_ratio": 0.1},
+        chunk_size,
+    )
     for i in range(12):
         value = (b"%d" % i) * (150 * i)
         twin.call("try_append", fixed(TS + i), fixed(b"k"), fixed(value), fixed([("h", b"v")]))
     twin.call("append", fixed(TS), fixed(None), fixed(b"q" * 70_000), fixed(()))
     twin.call("build")
+
+
+@pytest.mark.parametrize("builder", [PyMemoryRecordsBuilder, CMemoryRecordsBuilder],
+                         ids=["python", "compiled"])
+@pytest.mark.parametrize("codec", list(CompressionType), ids=lambda c: c.kafka_name)
+@pytest.mark.parametrize("chunk_size", [64, 97, 2048])
+def test_incremental_builds_the_bytes_of_full(
+    builder: Any, codec: CompressionType, chunk_size: int
+) -> None:
+    """Same records, same batch: bytes, CRC and records read back, whichever the strategy; and
+    every byte of a chunked batch lies in its chunks (one view per chunk), records straddling
+    their boundaries, with the chunks the bytes do not fill back in the pool."""
+    values = [(b"%03d" % i) * (i % 40) for i in range(120)]
+    full = builder(bytearray(16384), compression=codec, write_limit=16384)
+    pool = ChunkPool(0xEE, 0)
+    chunked = builder(
+        bytearray([0xEE]) * chunk_size, compression=codec, write_limit=16384,
+        chunk_size=chunk_size, chunk_source=pool.take, chunk_sink=pool.give,
+    )
+    for i, value in enumerate(values):
+        key = None if i % 3 else b"key-%d" % i
+        headers = [("h", b"x" * (i % 5))] if i % 2 else []
+        assert full.try_append(TS + i, key, value, headers) == chunked.try_append(
+            TS + i, key, value, headers
+        )
+    for b in (full, chunked):
+        b.set_producer_state(77, 3, 1000, True)
+    parts = chunked.build_parts()
+    expected = bytes(full.build())
+    assert b"".join(parts) == expected
+    assert bytes(chunked.build()) == expected
+    assert list(chunked.iter_records()) == list(full.iter_records())
+    assert [part.obj for part in parts if len(part)][: len(chunked.chunks)] == chunked.chunks
+    # One view per chunk held (plus compressed bytes no chunk could hold, if any).
+    assert len(parts) - len(chunked.chunks) in (0, 1)
+    # What the pool handed out and did not get back is what the batch holds, to the byte.
+    assert pool.out == sum(len(c) for c in chunked.chunks) - chunk_size
+    # No chunk's tail is left empty: records straddle (a record larger than a chunk makes the
+    # pool give one chunk of its size).
+    assert all(len(part) == len(part.obj) for part in parts[:-1])
+    # A new sequence after close rewrites header and CRC across the chunks alike.
+    for b in (full, chunked):
+        b.set_producer_state(77, 4, 2000, True)
+    assert b"".join(chunked.build_parts()) == bytes(full.build())
+
+
+@pytest.mark.parametrize("builder", [PyMemoryRecordsBuilder, CMemoryRecordsBuilder],
+                         ids=["python", "compiled"])
+def test_a_refused_chunk_refuses_the_record_and_changes_nothing(builder: Any) -> None:
+    pool = ChunkPool(0, 2)  # the second chunk asked for is refused
+    b = builder(bytearray(100), write_limit=16384, chunk_size=100,
+                chunk_source=pool.take, chunk_sink=pool.give)
+    assert b.try_append(TS, None, b"a" * 20, []) == 0
+    before = (b.num_records, b.max_timestamp, b.uncompressed_size)
+    assert b.try_append(TS + 5, None, b"b" * 150, []) == 1  # one chunk taken: fits
+    assert b.try_append(TS + 9, None, b"c" * 150, []) == -1  # the next one refused
+    assert (b.num_records, b.max_timestamp) == (2, TS + 5)
+    assert before[0] == 1
+    assert b.try_append(TS + 9, None, b"c" * 150, []) == 2  # the pool gives again
+    assert [r.value for r in b.iter_records()] == [b"a" * 20, b"b" * 150, b"c" * 150]
 
 
 EDGE_CODECS = pytest.mark.parametrize(

@@ -385,12 +385,10 @@ def test_rack_aware_partitioning_needs_a_rack() -> None:
     assert ProducerConfig(client_rack="use1-az1").partitioner_rack_aware is False
 
 
-def test_incremental_allocation_is_refused_until_it_exists() -> None:
-    text = property_error({"buffer.memory.allocation.strategy": "Incremental"})
-    assert text.startswith(
-        "buffer.memory.allocation.strategy='incremental' is not available yet"
-    )
-    assert "use 'full', the default" in text
+def test_incremental_allocation_is_taken_from_properties_in_any_case() -> None:
+    assert ProducerConfig.from_properties(
+        {"buffer.memory.allocation.strategy": "Incremental"}
+    ).buffer_memory_allocation_strategy == "incremental"
     assert ProducerConfig.from_properties(
         {"buffer.memory.allocation.strategy": "FULL"}
     ).buffer_memory_allocation_strategy == "full"
