@@ -32,7 +32,13 @@ INTRO = """\
 <!-- Generated from the rows in aioaccum/config/ by scripts/gen_config_docs.py; edit those. -->
 
 Every setting of `aioaccum.ProducerConfig`; `Producer(...)` takes them as keyword arguments.
-Names are the Java client's with the dots turned into underscores, and defaults are Kafka 4.x's.
+Names are the Java client's with the dots turned into underscores, and defaults are Kafka 4.x's
+except two, chosen for a user who sets nothing: `batch_size` is 1 MiB (Java: 16384) and
+`buffer_memory_allocation_strategy` is `'incremental'` (Java: `'full'`). The one makes the
+other safe: batches grow in small chunks, so a 1 MiB limit costs nothing per idle partition, and
+a busy partition sends large batches without tuning, as librdkafka's 1,000,000-byte default
+does. A `.properties` file that leaves either out gets Java's default instead, so a file taken
+from a Java service configures the producer that service ran.
 `ProducerConfig.from_properties` takes the Java names and the strings of a `.properties` file,
 and also reads `compression.<codec>.level`, `sasl.jaas.config` (PLAIN and SCRAM login modules)
 and the PEM truststore properties `ssl.truststore.location`, `ssl.truststore.certificates`,
@@ -73,9 +79,12 @@ def _line(row: Setting) -> str:
         _cell(row.name, code=True),
         java,
         _cell(row.kind.shown),
-        _cell(repr(row.default), code=True),
+        _cell(repr(row.default), code=True)
+        + (f" (Java: {_cell(repr(row.java_default), code=True)})" if row.differs_from_java
+           else ""),
         _cell(row.kind.limits),
-        _cell(row.doc),
+        _cell(row.doc + (f". Not Java's default: {row.why_not_java}"
+                         if row.differs_from_java else "")),
     )
     return f"| {' | '.join(cells)} |\n"
 

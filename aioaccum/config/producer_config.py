@@ -234,7 +234,10 @@ class ProducerConfig:
         """Build a config from Java producer properties, e.g. ``{"linger.ms": "10"}``.
 
         Values may be strings as read from a ``.properties`` file (``"true"``, ``"65536"``) or
-        Python values, and the Pythonic names are accepted too. ``sasl.jaas.config`` with
+        Python values, and the Pythonic names are accepted too. A setting the properties leave
+        out takes the Java client's default where ours differs (``batch.size`` and
+        ``buffer.memory.allocation.strategy``; see the configuration docs), so that a Java
+        file configures the producer the Java client would run. ``sasl.jaas.config`` with
         Kafka's ``PlainLoginModule`` or ``ScramLoginModule`` sets the user name and password;
         ``compression.<codec>.level`` sets ``compression_level`` when ``<codec>`` is the chosen
         ``compression.type``. ``ssl.truststore.location`` (a PEM file; ``ssl.truststore.type``
@@ -250,7 +253,10 @@ class ProducerConfig:
         # Not through __init__, which has no room for the labels the messages need.
         config = cls.__new__(cls)
         for row in SETTINGS:
-            object.__setattr__(config, row.name, kwargs.get(row.name, _Default(row.default)))
+            # Where our default is not Java's, a file that leaves the setting out gets Java's:
+            # the same file means the same producer in both clients.
+            default = row.java_default if row.differs_from_java else row.default
+            object.__setattr__(config, row.name, kwargs.get(row.name, _Default(default)))
         config._resolve(labels)
         return config
 

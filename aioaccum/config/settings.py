@@ -82,17 +82,24 @@ SETTINGS: tuple[Setting, ...] = (
             "How long a transaction may stay open before the broker aborts it"),
     Setting("retries", "retries", _INT, INT_MAX,
             "Retries of a failed batch; delivery_timeout_ms usually bounds them first"),
-    Setting("batch_size", "batch.size", _INT, 16384,
-            "Bytes per batch, and the size of pooled buffers"),
+    Setting("batch_size", "batch.size", _INT, 1048576,
+            "Most bytes per batch (with 'full' allocation, the size of pooled buffers too)",
+            java_default=16384,
+            why_not_java="with incremental allocation a batch holds only the chunks its records "
+            "fill, so a large limit costs nothing per idle partition and lets a busy one send "
+            "1 MiB per batch (librdkafka's default is 1,000,000 for the same reason)"),
     Setting("linger_ms", "linger.ms", _LONG, 5,
             "How long a batch waits for more records before it is sent"),
     Setting("buffer_memory", "buffer.memory", Int(1), 33554432,
             "Total bytes of records waiting to be sent"),
     Setting("buffer_memory_allocation_strategy", "buffer.memory.allocation.strategy",
-            Choice(ALLOCATION_STRATEGIES, upper=False), "full",
+            Choice(ALLOCATION_STRATEGIES, upper=False), "incremental",
             "How batches take buffer_memory: 'full' holds batch_size per open batch; "
             "'incremental' (KIP-1332) holds 2 KiB chunks that grow with the records, up to "
-            "batch_size, compressed batches included"),
+            "batch_size, compressed batches included",
+            java_default="full",
+            why_not_java="'full' would pin a 1 MiB batch_size per open batch; chunks let memory "
+            "follow the bytes buffered, not the number of partitions with data"),
     Setting("max_block_ms", "max.block.ms", _LONG, 60000,
             "How long send() may wait for buffer memory or metadata"),
     Setting("max_request_size", "max.request.size", Int(1, INT_MAX), 1048576,

@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from aioaccum.config.kinds import Kind
 from aioaccum.errors import ConfigError
 
-__all__ = ["NoJavaName", "Setting", "Table"]
+__all__ = ["SAME_AS_JAVA", "NoJavaName", "Setting", "Table"]
+
+
+class _SameAsJava:
+    def __repr__(self) -> str:
+        return "SAME_AS_JAVA"
+
+
+SAME_AS_JAVA: object = _SameAsJava()
+"""In :attr:`Setting.java_default`: our default is the Java client's."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,10 @@ class Setting:
         default: The value when it is not given.
         doc: One line for the docs and the command line's help.
         secret: Never shown by ``repr()`` nor in errors.
+        java_default: The Java client's default, where ours differs (:data:`SAME_AS_JAVA`
+            otherwise). ``from_properties`` uses it, so that a Java ``.properties`` file means
+            what it means to the Java client, and the docs show both.
+        why_not_java: Why our default differs, for the docs.
     """
 
     name: str
@@ -55,6 +68,18 @@ class Setting:
     default: object
     doc: str
     secret: bool = False
+    java_default: object = None
+    why_not_java: str = ""
+
+    def __post_init__(self) -> None:
+        if self.java_default is None:
+            object.__setattr__(self, "java_default", SAME_AS_JAVA)
+        elif not self.why_not_java:
+            raise TypeError(f"setting {self.name}: a default other than Java's needs its why")
+
+    @property
+    def differs_from_java(self) -> bool:
+        return self.java_default is not SAME_AS_JAVA
 
     @property
     def java(self) -> str | NoJavaName:

@@ -26,6 +26,7 @@ from aioaccum.errors import ConfigError
 # Kafka 4.x ProducerConfig defaults, by Java name.
 JAVA_DEFAULTS: dict[str, object] = {
     "batch.size": 16384,
+    "buffer.memory.allocation.strategy": "full",
     "linger.ms": 5,
     "buffer.memory": 33554432,
     "max.block.ms": 60000,
@@ -80,9 +81,30 @@ def property_error(properties: dict[str, Any]) -> str:
 # -- defaults and names -----------------------------------------------------------------------
 
 
+# Ours differ from Java's here on purpose (see the rows' why_not_java); a properties file still
+# gets Java's.
+OURS_NOT_JAVAS = {"batch.size": 1048576, "buffer.memory.allocation.strategy": "incremental"}
+
+
 @pytest.mark.parametrize(("java", "expected"), JAVA_DEFAULTS.items())
-def test_defaults_equal_javas(java: str, expected: object) -> None:
-    assert getattr(ProducerConfig(), JAVA_TO_PYTHON[java]) == expected
+def test_defaults_equal_javas_except_where_documented(java: str, expected: object) -> None:
+    ours = getattr(ProducerConfig(), JAVA_TO_PYTHON[java])
+    assert ours == OURS_NOT_JAVAS.get(java, expected)
+    # From a Java properties file that leaves the setting out, Java's default holds.
+    assert getattr(ProducerConfig.from_properties({}), JAVA_TO_PYTHON[java]) == expected
+
+
+def test_a_default_that_differs_from_javas_is_documented_in_its_row() -> None:
+    differing = {str(row.java) for row in SETTINGS if row.differs_from_java}
+    assert differing == set(OURS_NOT_JAVAS)
+    for row in SETTINGS:
+        if row.differs_from_java:
+            assert row.why_not_java
+            assert row.java_default == JAVA_DEFAULTS[str(row.java)]
+    # A file that sets them gets what it says.
+    cfg = ProducerConfig.from_properties({"batch.size": "65536",
+                                          "buffer.memory.allocation.strategy": "incremental"})
+    assert (cfg.batch_size, cfg.buffer_memory_allocation_strategy) == (65536, "incremental")
 
 
 def test_other_defaults() -> None:
