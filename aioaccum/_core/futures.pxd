@@ -78,3 +78,42 @@ cdef extern from *:
                offset=cython.longlong, timestamp=cython.longlong)
 cpdef object metadata_of(RecordFuture future)
 
+
+
+# Awaiting a record future: its type's am_send slot calls await_step, which yields the future
+# while its batch is pending and then returns the metadata directly, as asyncio's own futures do
+# in C: no generator object per await, and no StopIteration to carry the result.
+cdef extern from *:
+    """
+    typedef PyObject *(*aioaccum_await_step_fn)(PyObject *);
+
+    static inline aioaccum_await_step_fn *aioaccum_await_step_slot(void) {
+        static aioaccum_await_step_fn step = NULL;
+        return &step;
+    }
+
+    static inline PySendResult aioaccum_future_am_send(
+        PyObject *future, PyObject *arg, PyObject **result
+    ) {
+        PyObject *step = (*aioaccum_await_step_slot())(future);
+        *result = step;
+        if (step == NULL) return PYGEN_ERROR;
+        return step == future ? PYGEN_NEXT : PYGEN_RETURN;
+    }
+
+    static inline int aioaccum_install_await_step(PyObject *type, void *step) {
+        PyTypeObject *t = (PyTypeObject *)type;
+        if (t->tp_as_async == NULL || t->tp_as_async->am_await == NULL) {
+            PyErr_SetString(PyExc_TypeError, "the record future type has no __await__");
+            return -1;
+        }
+        *aioaccum_await_step_slot() = (aioaccum_await_step_fn)step;
+        t->tp_as_async->am_send = aioaccum_future_am_send;
+        PyType_Modified(t);
+        return 0;
+    }
+    """
+    int install_await_step "aioaccum_install_await_step"(object type, void *step) except -1
+
+
+cdef object await_step(FutureRecordMetadata future)

@@ -475,6 +475,15 @@ class FutureRecordMetadata(RecordFuture):
     # --- awaiting
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        if not cython.compiled:
+            return self._awaiting()
+        # Compiled, the future is its own iterator, driven through the am_send slot that
+        # futures.pxd gives the class: no generator per await, no StopIteration raised.
+        return self  # type: ignore[return-value,unused-ignore]
+
+    __iter__ = __await__
+
+    def _awaiting(self) -> Generator[Any, None, RecordMetadata]:
         if not self.done():
             self._asyncio_future_blocking = True
             yield self  # the record, not the batch: a task that is cancelled cancels only this
@@ -482,7 +491,12 @@ class FutureRecordMetadata(RecordFuture):
             raise RuntimeError("await wasn't used with future")
         return self.result()
 
-    __iter__ = __await__
+    def __next__(self) -> Any:
+        """A step of awaiting, for callers that step by hand; ``await`` uses ``am_send``."""
+        step = await_step(self)
+        if step is self:
+            return step
+        raise StopIteration(step)
 
     def __repr__(self) -> str:
         return self._describe("FutureRecordMetadata")
@@ -584,6 +598,24 @@ def metadata_of(future: RecordFuture) -> RecordMetadata:
     return new_record_metadata(  # type: ignore[no-any-return,name-defined,unused-ignore]  # noqa: F821
         RecordMetadata, result.topic, result.partition, offset, timestamp, future._key_size,
         future._value_size,
+    )
+
+
+def await_step(future: FutureRecordMetadata) -> Any:
+    """One step of ``await future``: the future itself to yield while its batch is pending (once;
+    the awaiting task clears the flag when it takes it), else its metadata or its error raised."""
+    if future._cancelled or future._result.done:
+        return future.result()
+    if future._asyncio_future_blocking:
+        raise RuntimeError("await wasn't used with future")
+    future._asyncio_future_blocking = True
+    return future
+
+
+if cython.compiled:
+    # Declared in futures.pxd: from now on, FutureRecordMetadata's am_send calls await_step.
+    install_await_step(  # type: ignore[name-defined,unused-ignore]  # noqa: F821
+        FutureRecordMetadata, cython.cast(cython.p_void, await_step)
     )
 
 
