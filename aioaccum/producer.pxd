@@ -1,7 +1,7 @@
 # Compiled declarations for producer.py; see _core/futures.pxd.
 cimport cython
 from aioaccum._core.accumulator cimport RecordAccumulator
-from aioaccum._core.validate cimport checked_timestamp
+from aioaccum._core.validate cimport checked_timestamp, wall_clock_ms
 
 
 cdef class Producer:

@@ -24,7 +24,14 @@ from aioaccum._core.lifecycle import ProducerState, move
 from aioaccum._core.metrics import MetricValue, ProducerMetrics
 from aioaccum._core.partitioner import BuiltInPartitioner
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
-from aioaccum._core.validate import as_bytes, checked_timestamp, validate_headers, validate_topic
+from aioaccum._core.validate import (
+    as_bytes,
+    checked_timestamp,
+    record_too_large,
+    validate_headers,
+    validate_topic,
+    wall_clock_ms,
+)
 from aioaccum._kafka.adapter import AioKafkaAdapter, KafkaAdapter
 from aioaccum._producer.send_many import NO_HEADERS, RECORD_BOUND, send_each, send_many
 from aioaccum._runtime.from_thread import (
@@ -46,7 +53,6 @@ from aioaccum.errors import (
     InvalidTxnStateError,
     ProducerClosedError,
     ProducerFailedError,
-    RecordTooLargeError,
     TransactionAbortableError,
 )
 
@@ -510,17 +516,25 @@ class Producer:
                         self._running_parts()
             kafka = self._kafka
             assert kafka is not None
-            key, value, header_list, timestamp, size = self._checked(
-                key, value, headers, timestamp_ms
-            )
+            fast = (timestamp_ms is None and not headers and self._value_serializer is None
+                    and self._key_serializer is None and (value is None or type(value) is bytes)
+                    and (key is None or type(key) is bytes))
+            if fast:  # the common record (bytes, no headers, stamped now): _checked in place
+                header_list: Sequence[tuple[str, bytes | None]] = NO_HEADERS
+                timestamp = wall_clock_ms()
+                size = RECORD_BOUND + (0 if key is None else len(key)) + (
+                    0 if value is None else len(value))
+            if not fast or size > self._max_record_size:  # the rest, and records near the limit
+                key, value, header_list, timestamp, size = self._checked(
+                    key, value, headers, timestamp_ms
+                )
             partitions = kafka.partitions_for_topic(topic)
             max_block_ms: float = self._max_block_ms
             if not partitions:
                 partitions, max_block_ms = await self._wait_for_topic(kafka, topic)
                 if self._parts is None:
                     self._running_parts()  # closed, or the transaction ended meanwhile
-            # Most records fit the open batch or a free pooled buffer: a plain call, no
-            # suspension.
+            # Most records fit the open batch or a free pooled buffer: no suspension.
             appended = acc.append(
                 topic, partition, timestamp, key, value, header_list, size, partitions, kafka,
                 -1.0,  # the accumulator reads the loop's clock if the record opens a batch
@@ -696,17 +710,7 @@ class Producer:
         return partitions, max(self._max_block_ms - (time.monotonic() - start) * 1000, 0.0)
 
     def _raise_too_large(self, size: int) -> None:
-        cfg = self._config
-        if size > cfg.max_request_size:
-            raise RecordTooLargeError(
-                f"the record is {size} bytes serialized, larger than max_request_size="
-                f"{cfg.max_request_size}; raise max_request_size (and the topic's "
-                "max.message.bytes) or send smaller records"
-            )
-        raise RecordTooLargeError(
-            f"the record is {size} bytes serialized, larger than buffer_memory="
-            f"{cfg.buffer_memory}; raise buffer_memory"
-        )
+        raise record_too_large(size, self._config.max_request_size, self._config.buffer_memory)
 
     async def send_many(
         self,

@@ -2,8 +2,12 @@
 # types with C fields, and the .py stays the pure-Python reference, run as it is when
 # AIOACCUM_NO_EXTENSIONS=1. Attributes other modules read are public.
 
+cimport cython
+
 cdef class ProduceRequestResult:
     cdef public object tp
+    cdef public str topic
+    cdef public object partition
     cdef public object loop
     cdef public long long base_offset
     cdef public long long log_append_time
@@ -16,7 +20,8 @@ cdef class ProduceRequestResult:
 
 
 # Kept small, a million of them being an ordinary load: 32-bit sizes and offset (a record and a
-# batch are far below 2 GiB), two flags, one 64-bit timestamp.
+# batch are far below 2 GiB), two flags, one 64-bit timestamp, and no C methods (which would add
+# a pointer to their table to every object): 64 bytes with the object header.
 cdef class RecordFuture:
     cdef public ProduceRequestResult _result
     cdef public long long _timestamp
@@ -25,8 +30,6 @@ cdef class RecordFuture:
     cdef public int _value_size
     cdef public bint _cancelled
 
-    cpdef object _metadata(self)
-
 
 cdef class FutureRecordMetadata(RecordFuture):
     cdef public object _cancel_message
@@ -34,4 +37,83 @@ cdef class FutureRecordMetadata(RecordFuture):
 
 
 cdef class ThreadRecordFuture(RecordFuture):
-    cdef object _wait(self, timeout)
+    pass
+
+
+# A RecordMetadata (a tuple subclass) allocated and filled in place.
+cdef extern from *:
+    """
+    static inline PyObject *aioaccum_new_record_metadata(
+        PyObject *type, PyObject *topic, PyObject *partition, long long offset,
+        long long timestamp, int key_size, int value_size
+    ) {
+        PyObject *items[4];
+        PyObject *tuple;
+        int i;
+        items[0] = PyLong_FromLongLong(offset);
+        items[1] = PyLong_FromLongLong(timestamp);
+        items[2] = PyLong_FromLong(key_size);
+        items[3] = PyLong_FromLong(value_size);
+        if (!items[0] || !items[1] || !items[2] || !items[3]) goto fail;
+        tuple = ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, 6);
+        if (tuple == NULL) goto fail;
+        Py_INCREF(topic);
+        PyTuple_SET_ITEM(tuple, 0, topic);
+        Py_INCREF(partition);
+        PyTuple_SET_ITEM(tuple, 1, partition);
+        for (i = 0; i < 4; i++) PyTuple_SET_ITEM(tuple, i + 2, items[i]);
+        return tuple;
+    fail:
+        for (i = 0; i < 4; i++) Py_XDECREF(items[i]);
+        return NULL;
+    }
+    """
+    object new_record_metadata "aioaccum_new_record_metadata"(
+        object type, object topic, object partition, long long offset, long long timestamp,
+        int key_size, int value_size
+    )
+
+
+@cython.locals(result=ProduceRequestResult, base=cython.longlong, log_append_time=cython.longlong,
+               offset=cython.longlong, timestamp=cython.longlong)
+cpdef object metadata_of(RecordFuture future)
+
+
+
+# Awaiting a record future: its type's am_send slot calls await_step, which yields the future
+# while its batch is pending and then returns the metadata directly, as asyncio's own futures do
+# in C: no generator object per await, and no StopIteration to carry the result.
+cdef extern from *:
+    """
+    typedef PyObject *(*aioaccum_await_step_fn)(PyObject *);
+
+    static inline aioaccum_await_step_fn *aioaccum_await_step_slot(void) {
+        static aioaccum_await_step_fn step = NULL;
+        return &step;
+    }
+
+    static inline PySendResult aioaccum_future_am_send(
+        PyObject *future, PyObject *arg, PyObject **result
+    ) {
+        PyObject *step = (*aioaccum_await_step_slot())(future);
+        *result = step;
+        if (step == NULL) return PYGEN_ERROR;
+        return step == future ? PYGEN_NEXT : PYGEN_RETURN;
+    }
+
+    static inline int aioaccum_install_await_step(PyObject *type, void *step) {
+        PyTypeObject *t = (PyTypeObject *)type;
+        if (t->tp_as_async == NULL || t->tp_as_async->am_await == NULL) {
+            PyErr_SetString(PyExc_TypeError, "the record future type has no __await__");
+            return -1;
+        }
+        *aioaccum_await_step_slot() = (aioaccum_await_step_fn)step;
+        t->tp_as_async->am_send = aioaccum_future_am_send;
+        PyType_Modified(t);
+        return 0;
+    }
+    """
+    int install_await_step "aioaccum_install_await_step"(object type, void *step) except -1
+
+
+cdef object await_step(FutureRecordMetadata future)

@@ -129,11 +129,16 @@ class ProduceRequestResult:
         "error",
         "log_append_time",
         "loop",
+        "partition",
+        "topic",
         "tp",
     )
 
     def __init__(self, tp: TopicPartition, loop: CallbackLoop | None) -> None:
         self.tp = tp
+        # Read for every record's metadata: plain fields, not the named tuple's getters.
+        self.topic: str = tp.topic
+        self.partition: int = tp.partition
         self.loop = loop
         self.base_offset = -1
         self.log_append_time = -1
@@ -354,23 +359,7 @@ class RecordFuture:
 
     def _metadata(self) -> RecordMetadata:
         """The record's metadata, or its error raised (a copy, for this reader); done only."""
-        result = self._result
-        if result.error is not None:
-            raise fresh_error(result.error)
-        tp = result.tp
-        base = result.base_offset
-        log_append_time = result.log_append_time
-        return _new_tuple(
-            RecordMetadata,
-            (
-                tp.topic,
-                tp.partition,
-                -1 if base < 0 else base + self._relative_offset,
-                self._timestamp if log_append_time < 0 else log_append_time,
-                self._key_size,
-                self._value_size,
-            ),
-        )
+        return metadata_of(self)
 
     def _describe(self, kind: str) -> str:
         if self._cancelled:
@@ -380,7 +369,7 @@ class RecordFuture:
         elif self._result.error is not None:
             state = f"exception={self._result.error!r}"
         else:
-            state = f"result={self._metadata()!r}"
+            state = f"result={metadata_of(self)!r}"
         tp = self._result.tp
         return f"<{kind} {tp.topic}-{tp.partition}+{self._relative_offset} {state}>"
 
@@ -433,7 +422,7 @@ class FutureRecordMetadata(RecordFuture):
             raise self._make_cancelled_error()
         if not self._result.done:
             raise InvalidStateError("the record is not acknowledged yet")
-        return self._metadata()
+        return metadata_of(self)
 
     def exception(self) -> BaseException | None:
         """The record's error (a copy for this reader), or ``None`` if it succeeded."""
@@ -486,6 +475,15 @@ class FutureRecordMetadata(RecordFuture):
     # --- awaiting
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        if not cython.compiled:
+            return self._awaiting()
+        # Compiled, the future is its own iterator, driven through the am_send slot that
+        # futures.pxd gives the class: no generator per await, no StopIteration raised.
+        return self  # type: ignore[return-value,unused-ignore]
+
+    __iter__ = __await__
+
+    def _awaiting(self) -> Generator[Any, None, RecordMetadata]:
         if not self.done():
             self._asyncio_future_blocking = True
             yield self  # the record, not the batch: a task that is cancelled cancels only this
@@ -493,7 +491,12 @@ class FutureRecordMetadata(RecordFuture):
             raise RuntimeError("await wasn't used with future")
         return self.result()
 
-    __iter__ = __await__
+    def __next__(self) -> Any:
+        """A step of awaiting, for callers that step by hand; ``await`` uses ``am_send``."""
+        step = await_step(self)
+        if step is self:
+            return step
+        raise StopIteration(step)
 
     def __repr__(self) -> str:
         return self._describe("FutureRecordMetadata")
@@ -525,28 +528,14 @@ class ThreadRecordFuture(RecordFuture):
                 way, and a later call may return it.
             AioAccumError: The record failed (a copy of the batch's error, for this reader).
         """
-        self._wait(timeout)
-        return self._metadata()
+        wait_for_batch(self, timeout)
+        return metadata_of(self)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The record's error (a copy for this reader), or ``None``; waits as :meth:`result`."""
-        self._wait(timeout)
+        wait_for_batch(self, timeout)
         error = self._result.error
         return None if error is None else fresh_error(error)
-
-    def _wait(self, timeout: float | None) -> None:
-        if self._result.done:
-            return
-        wait = -1.0 if timeout is None else max(timeout, 0.0)
-        # A split may move the record to another batch while it waits: wait for that one then.
-        while not self._result.done:
-            latch = self._result.latch()
-            if not latch.acquire(True, wait):
-                raise TimeoutError(
-                    f"the record was not acknowledged within {timeout} s; it is still on its "
-                    "way (delivery_timeout_ms bounds it)"
-                )
-            latch.release()
 
     def cancel(self) -> bool:
         """Always ``False``: an accepted record is sent whatever happens to its future."""
@@ -584,6 +573,66 @@ class ThreadRecordFuture(RecordFuture):
 
     def __repr__(self) -> str:
         return self._describe("ThreadRecordFuture")
+
+
+def metadata_of(future: RecordFuture) -> RecordMetadata:
+    """A done record's metadata, or its batch's error raised (a copy, for this reader).
+
+    A function, not a method: a method the compiled class dispatches through a table would cost
+    every record future a pointer to that table.
+    """
+    result = future._result
+    if result.error is not None:
+        raise fresh_error(result.error)
+    base = result.base_offset
+    log_append_time = result.log_append_time
+    offset = -1 if base < 0 else base + future._relative_offset
+    timestamp = future._timestamp if log_append_time < 0 else log_append_time
+    if not cython.compiled:
+        return _new_tuple(
+            RecordMetadata,
+            (result.topic, result.partition, offset, timestamp, future._key_size,
+             future._value_size),
+        )
+    # Filled in place (futures.pxd): tuple.__new__ would build and copy two tuples first.
+    return new_record_metadata(  # type: ignore[no-any-return,name-defined,unused-ignore]  # noqa: F821
+        RecordMetadata, result.topic, result.partition, offset, timestamp, future._key_size,
+        future._value_size,
+    )
+
+
+def await_step(future: FutureRecordMetadata) -> Any:
+    """One step of ``await future``: the future itself to yield while its batch is pending (once;
+    the awaiting task clears the flag when it takes it), else its metadata or its error raised."""
+    if future._cancelled or future._result.done:
+        return future.result()
+    if future._asyncio_future_blocking:
+        raise RuntimeError("await wasn't used with future")
+    future._asyncio_future_blocking = True
+    return future
+
+
+if cython.compiled:
+    # Declared in futures.pxd: from now on, FutureRecordMetadata's am_send calls await_step.
+    install_await_step(  # type: ignore[name-defined,unused-ignore]  # noqa: F821
+        FutureRecordMetadata, cython.cast(cython.p_void, await_step)
+    )
+
+
+def wait_for_batch(future: RecordFuture, timeout: float | None) -> None:
+    """Block until ``future``'s batch ended, up to ``timeout`` seconds (``None``: no limit)."""
+    if future._result.done:
+        return
+    wait = -1.0 if timeout is None else max(timeout, 0.0)
+    # A split may move the record to another batch while it waits: wait for that one then.
+    while not future._result.done:
+        latch = future._result.latch()
+        if not latch.acquire(True, wait):
+            raise TimeoutError(
+                f"the record was not acknowledged within {timeout} s; it is still on its "
+                "way (delivery_timeout_ms bounds it)"
+            )
+        latch.release()
 
 
 class _WaiterList:

@@ -10,16 +10,23 @@ from collections.abc import Callable, Mapping, Sequence
 from time import time_ns
 from typing import Any
 
-from aioaccum.errors import ConfigError, SerializationError
+from aioaccum.errors import ConfigError, RecordTooLargeError, SerializationError
+
+try:
+    import cython
+except ModuleNotFoundError:  # a pure-Python run without Cython installed
+    from aioaccum._core import _cython_shim as cython
 
 __all__ = [
     "MAX_TIMESTAMP",
     "as_bytes",
     "checked_column",
     "checked_timestamp",
+    "record_too_large",
     "total_len",
     "validate_headers",
     "validate_topic",
+    "wall_clock_ms",
 ]
 
 MAX_TIMESTAMP = 2**63 - 1  # the batch header's int64
@@ -40,6 +47,14 @@ def validate_topic(topic: object) -> str:
     return topic
 
 
+def wall_clock_ms() -> int:
+    """Now, in ms since the epoch (``time.time_ns() // 1_000_000``): a record's create time."""
+    if not cython.compiled:
+        return time_ns() // 1_000_000
+    # Read in C (validate.pxd): no call through Python and no division of Python ints.
+    return system_clock_ms()  # type: ignore[no-any-return,name-defined,unused-ignore]  # noqa: F821
+
+
 def checked_timestamp(timestamp_ms: object) -> int:
     """A record's create time: now when ``timestamp_ms`` is ``None``, else ``timestamp_ms``
     itself, which must be an ``int`` in ``0..MAX_TIMESTAMP`` (ms since the epoch).
@@ -48,13 +63,27 @@ def checked_timestamp(timestamp_ms: object) -> int:
         ConfigError: ``timestamp_ms`` is neither ``None`` nor such an ``int``.
     """
     if timestamp_ms is None:
-        return time_ns() // 1_000_000
+        return wall_clock_ms()
     if type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP:
         raise ConfigError(
             f"timestamp_ms must be an int in 0..{MAX_TIMESTAMP} (ms since the epoch), "
             f"got {timestamp_ms!r}"
         )
     return timestamp_ms
+
+
+def record_too_large(size: int, max_request_size: int, buffer_memory: int) -> RecordTooLargeError:
+    """The error for a record of ``size`` serialized bytes over either limit."""
+    if size > max_request_size:
+        return RecordTooLargeError(
+            f"the record is {size} bytes serialized, larger than max_request_size="
+            f"{max_request_size}; raise max_request_size (and the topic's "
+            "max.message.bytes) or send smaller records"
+        )
+    return RecordTooLargeError(
+        f"the record is {size} bytes serialized, larger than buffer_memory={buffer_memory}; "
+        "raise buffer_memory"
+    )
 
 
 def as_bytes(what: str, data: object) -> bytes | None:
