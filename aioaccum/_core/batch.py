@@ -235,6 +235,11 @@ class ProducerBatch:
         """Exactly the bytes this batch wrote: never the stale tail of a reused buffer."""
         return self.builder.build()
 
+    def record_parts(self) -> list[memoryview]:
+        """The batch's bytes as the buffers that hold them, the header first, for a
+        scatter/gather write: never joined."""
+        return [self.records()]
+
     def set_producer_state(
         self, producer_id: int, epoch: int, base_sequence: int, transactional: bool = False
     ) -> None:

@@ -217,13 +217,14 @@ def request_parts(
     transactional_id: str | None,
     acks: int,
     timeout_ms: int,
-    by_topic: Mapping[str, Sequence[tuple[int, memoryview]]],
+    by_topic: Mapping[str, Sequence[tuple[int, Sequence[memoryview]]]],
 ) -> list[bytes | memoryview]:
     """A whole produce request, size prefix included, as buffers for ``writelines``.
 
-    The record batches are the pooled buffers themselves (memoryviews, never copied or
-    joined); the small pieces between two batches are joined into one ``bytes``. Version 12
-    is the flexible layout (KIP-890), 3 to 7 the classic one. ``client_id`` is encoded.
+    Each record batch is a list of buffers (its pooled chunks, the header first), put in as
+    they are: never copied or joined; its size in the request is the sum of theirs. The small
+    pieces between two batches are joined into one ``bytes``. Version 12 is the flexible layout
+    (KIP-890), 3 to 7 the classic one. ``client_id`` is encoded.
     """
     flexible = version >= 9
     head = bytearray(_SIZE_KEY_VERSION_ID.pack(0, _PRODUCE, version, correlation_id))
@@ -251,15 +252,20 @@ def request_parts(
             head += _INT16.pack(len(raw))
             head += raw
             head += _INT32.pack(len(partitions))
-        for partition, records in partitions:
-            length = len(records)
+        for partition, chunks in partitions:
+            if len(chunks) == 1:
+                length = len(chunks[0])
+            else:
+                length = 0
+                for chunk in chunks:
+                    length += len(chunk)
             if flexible:
                 head += I32.pack(partition)
                 head += uvarint(length + 1)
             else:
                 head += _PARTITION_AND_SIZE.pack(partition, length)
             parts.append(bytes(head))
-            parts.append(records)
+            parts.extend(chunks)
             size += len(head) + length
             head = bytearray(NO_TAGS) if flexible else bytearray()
         if flexible:
@@ -286,7 +292,7 @@ _READERS = {version: ProduceResponse.reader(version) for version in range(3, 8)}
 
 
 def answers_from(
-    response: ProduceResponse, batches: Sequence[tuple[TopicPartition, memoryview]]
+    response: ProduceResponse, batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]]
 ) -> ProduceAnswers:
     """The sender's answers (one :class:`PartitionResponse` per batch) from a response."""
     out = ProduceAnswers()
@@ -309,11 +315,11 @@ def answers_from(
 
 
 def _size_of(
-    batches: Sequence[tuple[TopicPartition, memoryview]], topic: str, partition: int
+    batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]], topic: str, partition: int
 ) -> int | None:
     """Bytes of the batch sent to one partition, for an error's message (errors are rare: a
     search, not a map built for every request)."""
-    for tp, records in batches:
+    for tp, chunks in batches:
         if tp[1] == partition and tp[0] == topic:
-            return len(records)
+            return sum(len(chunk) for chunk in chunks)
     return None
