@@ -62,8 +62,7 @@ from aioaccum._kafka.oauth import OAuthBearerFailed
 from aioaccum._kafka.produce import (
     PartitionResponse,
     ProduceAnswers,
-    answers_from,
-    read_produce,
+    read_answers,
     request_parts,
 )
 from aioaccum.errors import AioAccumError
@@ -201,7 +200,7 @@ class ProduceRequest(_Pending):
         self.version = 0
 
     def read_answer(self, body: bytes) -> ProduceAnswers:
-        return answers_from(read_produce(self.version, body), self.batches)
+        return read_answers(self.version, body, self.batches)
 
     def finish(self, result: Any, error: BaseException | None) -> None:
         done = self.done

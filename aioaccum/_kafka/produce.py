@@ -36,6 +36,7 @@ __all__ = [
     "answers_from",
     "encode_produce",
     "produce_v12",
+    "read_answers",
     "read_produce",
     "request_parts",
 ]
@@ -289,6 +290,37 @@ def read_produce(version: int, body: bytes) -> ProduceResponse:
 
 
 _READERS = {version: ProduceResponse.reader(version) for version in range(3, 8)}
+
+
+def read_answers(
+    version: int, body: bytes, batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]]
+) -> ProduceAnswers:
+    """A produce response's body (after its header) read straight into the sender's answers:
+    for versions 3 to 7, one pass with no topic lists or response object in between (version
+    12 goes through :func:`read_v12`)."""
+    if version >= 9:
+        return answers_from(read_v12(Reader(body)), batches)
+    skip = _TOPIC_PARTITION_HEADER.size + (8 if version >= 5 else 0)  # log_start_offset
+    unpack = _TOPIC_PARTITION_HEADER.unpack_from
+    out = ProduceAnswers()
+    pos = 4
+    for _ in range(_INT32.unpack_from(body, 0)[0]):
+        size = _INT16.unpack_from(body, pos)[0]
+        topic = body[pos + 2 : pos + 2 + size].decode()
+        pos += 2 + size
+        count = _INT32.unpack_from(body, pos)[0]
+        pos += 4
+        for _ in range(count):
+            partition, code, offset, timestamp = unpack(body, pos)
+            pos += skip
+            error = None
+            if code:
+                error = broker_error_for_code(
+                    code, None, topic=topic, batch_bytes=_size_of(batches, topic, partition)
+                )
+            out[TopicPartition(topic, partition)] = PartitionResponse(error, offset, timestamp)
+    out.throttle_time_ms = _INT32.unpack_from(body, pos)[0]
+    return out
 
 
 def answers_from(

@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aioaccum._core.batch import ProducerBatch
-
 from aioaccum._core.sender_core import (
     Action,
     EpochBumped,

@@ -12,7 +12,8 @@ Two protocols exist, and the cluster's finalized feature ``transaction.version``
 
 - classic (1): each partition joins the transaction (AddPartitionsToTxn) before the first
   produce request that writes to it, and a group's offsets after AddOffsetsToTxn. The sender
-  awaits :meth:`Transactions.before_produce` with each request's batches for that.
+  asks :meth:`Transactions.before_produce` about each request's batches, and awaits the step
+  it returns, if any, before sending (a request whose partitions are in goes at once).
 - KIP-890 (2): produce requests (v12) and TxnOffsetCommit (v5) add their partitions
   themselves, and the coordinator moves the epoch on at every EndTxn (v5), so a late request
   of an ended transaction can never join the next one.

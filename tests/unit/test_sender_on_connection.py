@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,9 +194,11 @@ async def test_a_completion_that_raises_ends_its_records_with_typed_errors(
         await (await producer.send("t", b"warm-up", partition=0))
         fake.tamper = lambda answers: {tp: Unreadable() for tp in answers}
         future = await producer.send("t", b"v", partition=2)
-        with caplog.at_level(logging.ERROR, logger="aioaccum._runtime.sender"):
-            with pytest.raises(ProducerFailedError) as failed:
-                await asyncio.wait_for(future, 5)
+        with (
+            caplog.at_level(logging.ERROR, logger="aioaccum._runtime.sender"),
+            pytest.raises(ProducerFailedError) as failed,
+        ):
+            await asyncio.wait_for(future, 5)
         assert failed.value.possibly_written
         assert isinstance(failed.value.__cause__, KeyError)
         with pytest.raises(ProducerClosedError, match="stopped on an error"):
@@ -213,22 +215,23 @@ async def test_requests_wait_for_their_node_connection_and_go_in_order(
         ConnectionSettings(client_id="test", request_timeout=5.0),
         lambda node: ("127.0.0.1", broker.port),
     )
-    ended: list[tuple[int, Any, BaseException | None]] = []
+    ended: asyncio.Queue[tuple[int, Any, BaseException | None]] = asyncio.Queue()
     tasks_before = len(asyncio.all_tasks())
+
+    def ends(i: int) -> Callable[[Any, Any, BaseException | None], None]:
+        return lambda _r, answers, error: ended.put_nowait((i, answers, error))
+
     for i in range(3):
         conns.send_produce(
             7, acks=1, timeout_ms=1000,
             batches=[(TopicPartition("t", 0), [memoryview(b"head%d|" % i), memoryview(b"tail")])],
-            transactional_id=None, v12=False,
-            done=lambda _r, answers, error, i=i: ended.append((i, answers, error)),
+            transactional_id=None, v12=False, done=ends(i),
         )
     assert len(asyncio.all_tasks()) == tasks_before + 1  # one connection attempt for the node
-    assert ended == []  # never from inside send_produce
-    await asyncio.wait_for(broker.until(lambda b: len(produced(b)) == 3), 5)
-    while len(ended) < 3:
-        await asyncio.sleep(0)
-    assert [i for i, _, _ in ended] == [0, 1, 2]
-    assert all(error is None for _, _, error in ended)
+    assert ended.empty()  # never from inside send_produce
+    ended_in_order = [await asyncio.wait_for(ended.get(), 5) for _ in range(3)]
+    assert [i for i, _, _ in ended_in_order] == [0, 1, 2]
+    assert all(error is None for _, _, error in ended_in_order)
     # Each batch's buffers went out as one batch, their sizes summed.
     assert [value for _, _, value in produced(broker)] == [b"head%d|tail" % i for i in range(3)]
     await conns.close()
@@ -262,7 +265,7 @@ async def test_a_completion_that_raises_does_not_stop_the_connection(broker: Fak
         ConnectionSettings(client_id="test", request_timeout=5.0),
         lambda node: ("127.0.0.1", broker.port),
     )
-    ended: list[Any] = []
+    ended: asyncio.Queue[Any] = asyncio.Queue()
 
     def explode(_request: Any, _answers: Any, _error: BaseException | None) -> None:
         raise RuntimeError("a completion with a bug")
@@ -271,11 +274,10 @@ async def test_a_completion_that_raises_does_not_stop_the_connection(broker: Fak
     conns.send_produce(1, acks=1, timeout_ms=1000, batches=batch, transactional_id=None,
                        v12=False, done=explode)
     conns.send_produce(1, acks=1, timeout_ms=1000, batches=batch, transactional_id=None,
-                       v12=False, done=lambda _r, answers, _e: ended.append(answers))
-    await asyncio.wait_for(broker.until(lambda b: len(produced(b)) == 2), 5)
-    while not ended:
-        await asyncio.sleep(0)
-    assert ended[0][TopicPartition("t", 0)].base_offset == 1
+                       v12=False, done=lambda _r, answers, _e: ended.put_nowait(answers))
+    answers = await asyncio.wait_for(ended.get(), 5)
+    assert answers[TopicPartition("t", 0)].base_offset == 1
     conn = conns.connection(1)
-    assert conn is not None and conn.usable
+    assert conn is not None
+    assert conn.usable
     await conns.close()
