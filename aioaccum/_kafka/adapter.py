@@ -53,7 +53,32 @@ from aioaccum.errors import (
     ProducerTimeoutError,
 )
 
-__all__ = ["AioKafkaAdapter", "KafkaAdapter", "PartitionResponse", "ProduceAnswers"]
+__all__ = [
+    "AioKafkaAdapter",
+    "KafkaAdapter",
+    "PartitionResponse",
+    "ProduceAnswers",
+    "ProduceDone",
+    "ProduceHandle",
+    "TaskProduce",
+]
+
+
+class ProduceHandle(Protocol):
+    """A produce request sent and not ended: what the sender keeps of it."""
+
+    def cancel(self) -> None:
+        """Give up on it: its completion is never called (the sender at shutdown)."""
+
+    async def released(self) -> None:
+        """Return once no transport holds the request's buffers (after :meth:`cancel`)."""
+
+
+ProduceDone = Callable[[Any, Any, "BaseException | None"], None]
+"""``done(handle, answers, None)`` or ``done(handle, None, error)``: a produce request's end,
+called once from the loop (never from inside :meth:`KafkaAdapter.send_produce`) unless the
+request was cancelled. ``error`` is an :class:`AioAccumError` (``possibly_written`` set) except
+after a bug in the network layer."""
 
 
 class KafkaAdapter(Protocol):
@@ -83,16 +108,83 @@ class KafkaAdapter(Protocol):
 
     async def wait_for_topic(self, topic: str, timeout: float) -> Sequence[int]: ...
 
-    async def produce(
+    def send_produce(
         self,
         node: int,
         *,
         acks: int,
         timeout_ms: int,
-        batches: Sequence[tuple[TopicPartition, memoryview]],
-    ) -> dict[TopicPartition, PartitionResponse]: ...
+        batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]],
+        done: ProduceDone,
+    ) -> ProduceHandle:
+        """Send one produce request to ``node`` without waiting for it; each batch is its
+        list of buffers, written as they are. ``done`` tells how it ended."""
+        ...
 
     async def init_producer_id(self) -> tuple[int, int]: ...
+
+
+class TaskProduce:
+    """A produce request carried out by a task awaiting an ``async produce(node, acks=,
+    timeout_ms=, batches=)`` that takes each batch as one buffer: how a network layer without
+    a connection of its own (aiokafka's client, the tests' fakes) offers
+    :meth:`KafkaAdapter.send_produce`. A task per request: not the producer's own path."""
+
+    __slots__ = ("_done", "task")
+
+    def __init__(
+        self,
+        produce: Callable[..., Awaitable[Any]],
+        node: int,
+        acks: int,
+        timeout_ms: int,
+        batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]],
+        done: ProduceDone,
+    ) -> None:
+        self._done: ProduceDone | None = done
+        joined = [
+            (tp, parts[0] if len(parts) == 1 else memoryview(b"".join(parts)))
+            for tp, parts in batches
+        ]
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(produce, node, acks, timeout_ms, joined)
+        )
+
+    async def _run(
+        self,
+        produce: Callable[..., Awaitable[Any]],
+        node: int,
+        acks: int,
+        timeout_ms: int,
+        batches: list[tuple[TopicPartition, memoryview]],
+    ) -> None:
+        try:
+            answers = await produce(node, acks=acks, timeout_ms=timeout_ms, batches=batches)
+        except asyncio.CancelledError:
+            if self._done is not None:
+                # Cancelled by someone else (the loop shutting down): an end all the same.
+                lost = translate(kerr.KafkaConnectionError("the produce request was cancelled"))
+                lost.possibly_written = True
+                self._end(None, lost)
+            raise
+        except Exception as exc:
+            self._end(None, exc)
+        else:
+            self._end(answers, None)
+
+    def _end(self, answers: Any, error: BaseException | None) -> None:
+        # Called in the task's own step, as the answer comes: no extra loop turn.
+        done, self._done = self._done, None
+        if done is not None:
+            done(self, answers, error)
+
+    def cancel(self) -> None:
+        self._done = None
+        self.task.cancel()
+
+    async def released(self) -> None:
+        # Once the task has ended, nothing it called holds the buffers.
+        await asyncio.wait([self.task])
 
 
 # How long a failed bootstrap may spend finding out why (refused credentials or certificates are
@@ -528,6 +620,23 @@ class AioKafkaAdapter:
 
     # --- requests
 
+    def send_produce(
+        self,
+        node: int,
+        *,
+        acks: int,
+        timeout_ms: int,
+        batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]],
+        done: ProduceDone,
+    ) -> ProduceHandle:
+        conns = self.produce_connections
+        if conns is not None:
+            return conns.send_produce(
+                node, acks=acks, timeout_ms=timeout_ms, batches=batches,
+                transactional_id=self.transactional_id, v12=self.produce_v12, done=done,
+            )
+        return TaskProduce(self.produce, node, acks, timeout_ms, batches, done)
+
     async def produce(
         self,
         node: int,
@@ -536,13 +645,8 @@ class AioKafkaAdapter:
         timeout_ms: int,
         batches: Sequence[tuple[TopicPartition, memoryview]],
     ) -> dict[TopicPartition, PartitionResponse]:
-        conns = self.produce_connections
-        if conns is not None:
-            answers: dict[TopicPartition, PartitionResponse] = await conns.produce(
-                node, acks=acks, timeout_ms=timeout_ms, batches=batches,
-                transactional_id=self.transactional_id, v12=self.produce_v12,
-            )
-            return answers
+        """One produce request on aiokafka's client, awaited (before :meth:`start` made the
+        produce connections, and for tests that plug a client in)."""
         by_topic: dict[str, list[tuple[int, memoryview]]] = collections.defaultdict(list)
         for tp, records in batches:
             by_topic[tp[0]].append((tp[1], records))
@@ -569,7 +673,7 @@ class AioKafkaAdapter:
             raise
         if acks == 0:
             return {tp: PartitionResponse(None, -1, -1) for tp, _ in batches}
-        return answers_from(response, batches)
+        return answers_from(response, [(tp, (records,)) for tp, records in batches])
 
     async def init_producer_id(self) -> tuple[int, int]:
         client = self.client

@@ -3,10 +3,12 @@
 Theory of operation
 -------------------
 * **Pipelined, no task per request.** A request is written at once and gets an entry (its
-  correlation id, deadline, reader and future) at the tail of a FIFO; a broker answers a
+  correlation id, deadline and completion) at the tail of a FIFO; a broker answers a
   connection's requests in order, so each response belongs to the head, which is checked by
-  correlation id. ``data_received`` cuts frames and completes futures; nothing is scheduled per
-  request.
+  correlation id. ``data_received`` cuts frames and calls each produce request's completion,
+  ``done(request, answers, error)``, with the answers read in one pass; nothing is scheduled or
+  awaited per request. A :class:`ProduceRequest` is its own entry: one object per request, which
+  the sender also keeps as its handle (:meth:`ProduceRequest.cancel`).
 * **One deadline structure.** One timer per connection, armed for the earliest deadline when
   none is armed; completions never cancel it. When it fires it looks at the FIFO (at most
   ``max_in_flight`` entries): a request past its deadline closes the connection (as Java's
@@ -23,9 +25,12 @@ Theory of operation
   (a) its response arrived (the broker had all its bytes, so the transport has none left), or
   (b) for ``acks=0``, the transport is not paused after the write, else at ``resume_writing``,
   or (c) the connection is lost: ``transport.abort()`` drops the queued buffers at once, and the
-  futures fail in ``connection_lost``, which comes after. A caller that gives up on a request
-  (cancelled) while the transport is paused aborts the connection before it returns, so its
-  buffers are never read again once the caller hands them back to the pool.
+  requests fail in ``connection_lost``, which comes after. A caller that gives up on a request
+  (:meth:`ProduceRequest.cancel`) while the transport is paused aborts the connection before it
+  returns, so its buffers are never read again once the caller hands them back to the pool.
+* **Several buffers per batch.** A batch is a list of buffers (its pooled chunks, the header
+  first); its size in the request is the sum of theirs, and each goes to ``writelines`` as it
+  is.
 * **Authentication.** ApiVersions first (the produce version: 3..7, or 12 for KIP-890
   transactions); then SASL (:mod:`aioaccum._kafka.sasl`). Before writing a produce request
   past the session's re-authentication time, the connection re-authenticates (KIP-368): the
@@ -38,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import random
 import socket
@@ -56,13 +62,20 @@ from aioaccum._kafka.oauth import OAuthBearerFailed
 from aioaccum._kafka.produce import (
     PartitionResponse,
     ProduceAnswers,
-    answers_from,
-    read_produce,
+    read_answers,
     request_parts,
 )
 from aioaccum.errors import AioAccumError
 
-__all__ = ["ConnectionSettings", "ProduceConnection", "open_connection"]
+__all__ = [
+    "Batch",
+    "Batches",
+    "ConnectionSettings",
+    "Done",
+    "ProduceConnection",
+    "ProduceRequest",
+    "open_connection",
+]
 
 API_VERSIONS = 18
 PRODUCE = 0
@@ -80,7 +93,9 @@ _CLOSE_WAIT_S = 1.0
 
 log = logging.getLogger(__name__)
 
-Batches = Sequence[tuple[TopicPartition, memoryview]]
+Batch = tuple[TopicPartition, Sequence[memoryview]]
+"""A batch's partition and its buffers (the header first), as they go to the socket."""
+Batches = Sequence[Batch]
 
 
 class ConnectionSettings:
@@ -114,45 +129,107 @@ class ConnectionSettings:
 
 
 class _Pending:
-    """One request written and not answered yet."""
+    """One request written and not answered yet: an entry of a connection's FIFO."""
 
-    __slots__ = ("correlation_id", "deadline", "flexible", "future", "read")
+    __slots__ = ("correlation_id", "deadline", "flexible")
 
-    def __init__(
-        self,
-        correlation_id: int,
-        deadline: float,
-        read: Callable[[bytes], Any],
-        future: asyncio.Future[Any],
-        flexible: bool,
-    ) -> None:
-        self.correlation_id = correlation_id
-        self.deadline = deadline
+    correlation_id: int
+    deadline: float
+    flexible: bool
+
+    def read_answer(self, body: bytes) -> Any:
+        raise NotImplementedError
+
+    def finish(self, result: Any, error: BaseException | None) -> None:
+        raise NotImplementedError
+
+
+class _Call(_Pending):
+    """A request other than produce (ApiVersions, SASL): its answer settles a future."""
+
+    __slots__ = ("future", "read")
+
+    def __init__(self, read: Callable[[bytes], Any], future: asyncio.Future[Any]) -> None:
         self.read = read
         self.future = future
-        self.flexible = flexible
+
+    def read_answer(self, body: bytes) -> Any:
+        return self.read(body)
+
+    def finish(self, result: Any, error: BaseException | None) -> None:
+        fut = self.future
+        if fut.done():
+            return
+        if error is None:
+            fut.set_result(result)
+        else:
+            fut.set_exception(error)
 
 
-class _Held:
-    """A produce request that waits for a re-authentication to end before it is written."""
+Done = Callable[["ProduceRequest", Any, "BaseException | None"], None]
+"""A produce request's completion: ``done(request, answers, None)`` with the partitions' answers
+(:class:`~aioaccum._kafka.produce.ProduceAnswers`), or ``done(request, None, error)``. Called
+once, from the loop (never from inside the call that sent the request), unless cancelled."""
 
-    __slots__ = ("acks", "batches", "future", "timeout_ms", "transactional_id", "v12")
+
+class ProduceRequest(_Pending):
+    """One produce request from its sending to its end: written and in the FIFO, held behind a
+    re-authentication, or waiting for its connection to open
+    (:class:`~aioaccum._kafka.connections.ProduceConnections`). The sender keeps it as the
+    request's handle."""
+
+    __slots__ = ("acks", "batches", "conn", "done", "timeout_ms", "transactional_id", "v12",
+                 "version")
 
     def __init__(
         self,
-        future: asyncio.Future[Any],
         acks: int,
         timeout_ms: int,
         batches: Batches,
         transactional_id: str | None,
         v12: bool,
+        done: Done,
     ) -> None:
-        self.v12 = v12
-        self.future = future
         self.acks = acks
         self.timeout_ms = timeout_ms
         self.batches = batches
         self.transactional_id = transactional_id
+        self.v12 = v12
+        self.done: Done | None = done
+        self.conn: ProduceConnection | None = None
+        self.version = 0
+
+    def read_answer(self, body: bytes) -> ProduceAnswers:
+        return read_answers(self.version, body, self.batches)
+
+    def finish(self, result: Any, error: BaseException | None) -> None:
+        done = self.done
+        if done is None:
+            return  # cancelled, or finished already
+        self.done = None
+        try:
+            done(self, result, error)
+        except Exception:
+            # A completion ends its own failures (the sender's fails the records); one that
+            # escapes must not stop this connection from reading the next answers.
+            log.exception("the completion of a produce request raised")
+
+    def cancel(self) -> None:
+        """Give up on the request: ``done`` is never called. If the transport may still hold
+        its buffers, the connection is aborted, which drops them; :meth:`released` says when
+        the buffers may go back to the pool."""
+        self.done = None
+        conn = self.conn
+        if conn is not None and conn._paused and conn.usable:
+            conn.close()
+
+    async def released(self) -> None:
+        """Return once no transport holds the request's buffers (after :meth:`cancel`): at
+        once unless its connection is closing, else once that transport has closed (bounded)."""
+        conn = self.conn
+        if conn is not None and conn._closing is not None and not conn._lost:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(conn.wait_closed(), _CLOSE_WAIT_S)
 
 
 def _lost_error(where: str, possibly_written: bool, cause: BaseException | None) -> AioAccumError:
@@ -173,8 +250,8 @@ class ProduceConnection(asyncio.Protocol):
         self._buffer = bytearray()
         self._pending: collections.deque[_Pending] = collections.deque()
         # acks=0 requests and their answers, until the transport has let go of their buffers.
-        self._unflushed: list[tuple[asyncio.Future[Any], Any]] = []
-        self._held: list[_Held] = []
+        self._unflushed: list[tuple[ProduceRequest, Any]] = []
+        self._held: list[ProduceRequest] = []
         self._correlation = 0
         self._paused = False
         self._closing: AioAccumError | None = None
@@ -204,9 +281,8 @@ class ProduceConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._paused = False
         done, self._unflushed = self._unflushed, []
-        for fut, answers in done:
-            if not fut.done():
-                fut.set_result(answers)
+        for request, answers in done:
+            request.finish(answers, None)
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
@@ -241,13 +317,13 @@ class ProduceConnection(asyncio.Protocol):
             written = _lost_error(self.where, True, exc)
         pending, self._pending = self._pending, collections.deque()
         for entry in pending:
-            _fail(entry.future, written)
+            entry.finish(None, written)
         unflushed, self._unflushed = self._unflushed, []
-        for fut, _ in unflushed:
-            _fail(fut, written)
+        for request, _ in unflushed:
+            request.finish(None, written)
         held, self._held = self._held, []
         for request in held:
-            _fail(request.future, _lost_error(self.where, False, exc))
+            request.finish(None, _lost_error(self.where, False, exc))
         if self._auth_task is not None:
             self._auth_task.cancel()
 
@@ -293,11 +369,11 @@ class ProduceConnection(asyncio.Protocol):
         transport.writelines(parts)
         self._last_used = self._loop.time()
 
-    def _expect(
-        self, cid: int, read: Callable[[bytes], Any], flexible: bool, fut: asyncio.Future[Any]
-    ) -> None:
-        deadline = self._loop.time() + self._settings.request_timeout
-        self._pending.append(_Pending(cid, deadline, read, fut, flexible))
+    def _expect(self, cid: int, entry: _Pending, flexible: bool) -> None:
+        entry.correlation_id = cid
+        entry.flexible = flexible
+        entry.deadline = deadline = self._last_used + self._settings.request_timeout
+        self._pending.append(entry)
         if deadline < self._timer_at:
             self._arm(deadline)
 
@@ -313,7 +389,7 @@ class ProduceConnection(asyncio.Protocol):
         header = _HEADER.pack(10 + len(self._client_id) + len(body), api_key, version, cid)
         self._write([header + _INT16.pack(len(self._client_id)) + self._client_id + body])
         fut = self._loop.create_future()
-        self._expect(cid, read, False, fut)
+        self._expect(cid, _Call(read, fut), False)
         return fut
 
     def produce(
@@ -325,25 +401,37 @@ class ProduceConnection(asyncio.Protocol):
         transactional_id: str | None,
         v12: bool,
     ) -> asyncio.Future[Any]:
-        """Write one produce request; the future's result is the partitions' answers (for
+        """:meth:`send_produce` with a future for its result: the partitions' answers (for
         ``acks=0``, once the transport has let go of the buffers)."""
         fut = self._loop.create_future()
+        self.send_produce(ProduceRequest(
+            acks, timeout_ms, batches, transactional_id, v12, functools.partial(_settle, fut)
+        ))
+        return fut
+
+    def send_produce(self, request: ProduceRequest) -> None:
+        """Write one produce request now (or once a re-authentication ends); its completion
+        comes later from the loop, whatever happens."""
         if not self.usable:
-            fut.set_exception(_lost_error(self.where, False, None))
-            return fut
+            self._fail_soon(request, _lost_error(self.where, False, None))
+            return
         try:
-            version = self._version(v12)
+            request.version = self._version(request.v12)
         except AioAccumError as exc:
             exc.possibly_written = False
-            fut.set_exception(exc)
-            return fut
+            self._fail_soon(request, exc)
+            return
+        request.conn = self
         if self._auth_task is not None or self._loop.time() >= self._reauth_at:
-            self._held.append(_Held(fut, acks, timeout_ms, batches, transactional_id, v12))
+            self._held.append(request)
             if self._auth_task is None:
                 self._start_reauthentication()
-            return fut
-        self._write_produce(fut, version, acks, timeout_ms, batches, transactional_id)
-        return fut
+            return
+        self._write_produce(request)
+
+    def _fail_soon(self, request: ProduceRequest, error: AioAccumError) -> None:
+        # Never from inside the caller's call: it may not have taken the request in yet.
+        self._loop.call_soon(request.finish, None, error)
 
     def _version(self, v12: bool) -> int:
         low, high = self.produce_versions
@@ -361,46 +449,31 @@ class ProduceConnection(asyncio.Protocol):
             )
         )
 
-    def _write_produce(
-        self,
-        fut: asyncio.Future[Any],
-        version: int,
-        acks: int,
-        timeout_ms: int,
-        batches: Batches,
-        transactional_id: str | None,
-    ) -> None:
-        by_topic: dict[str, list[tuple[int, memoryview]]] = {}
-        for tp, records in batches:
+    def _write_produce(self, request: ProduceRequest) -> None:
+        by_topic: dict[str, list[tuple[int, Sequence[memoryview]]]] = {}
+        for tp, parts in request.batches:
             found = by_topic.get(tp[0])
             if found is None:
-                by_topic[tp[0]] = [(tp[1], records)]
+                by_topic[tp[0]] = [(tp[1], parts)]
             else:
-                found.append((tp[1], records))
+                found.append((tp[1], parts))
         cid = self._next_id()
-        parts = request_parts(
-            version, cid, self._client_id, transactional_id, acks, timeout_ms, by_topic
-        )
-        self._write(parts)
-        if acks == 0:
+        version = request.version
+        self._write(request_parts(
+            version, cid, self._client_id, request.transactional_id, request.acks,
+            request.timeout_ms, by_topic,
+        ))
+        if request.acks == 0:
             # No answer comes: done once the transport holds none of the buffers.
-            answers = {tp: PartitionResponse(None, -1, -1) for tp, _ in batches}
+            answers = ProduceAnswers(
+                (tp, PartitionResponse(None, -1, -1)) for tp, _ in request.batches
+            )
             if self._paused:
-                self._unflushed.append((fut, answers))
+                self._unflushed.append((request, answers))
             else:
-                fut.set_result(answers)
+                self._loop.call_soon(request.finish, answers, None)
             return
-
-        def read(body: bytes) -> ProduceAnswers:
-            return answers_from(read_produce(version, body), batches)
-
-        self._expect(cid, read, version >= 9, fut)
-
-    def abandon(self, fut: asyncio.Future[Any]) -> None:
-        """The caller stopped waiting for ``fut`` (cancelled) and may return the request's
-        buffers to the pool: if the transport may still hold them, the connection goes."""
-        if self._paused and self.usable:
-            self.close()
+        self._expect(cid, request, version >= 9)
 
     # --- answers
 
@@ -427,13 +500,12 @@ class ProduceConnection(asyncio.Protocol):
                     size = frame[start]
                     start += 1 + size
         try:
-            result = entry.read(frame[start:])
+            result = entry.read_answer(frame[start:])
         except Exception as exc:
             pending.appendleft(entry)
             self.close(self._protocol_error(f"an answer that cannot be read ({exc!r})"))
             return
-        if not entry.future.done():
-            entry.future.set_result(result)
+        entry.finish(result, None)
         if not pending and self._timer is None:
             self._arm(self._last_used + self._settings.idle_timeout)
 
@@ -532,7 +604,7 @@ class ProduceConnection(asyncio.Protocol):
             for request in held:
                 failure = error or _lost_error(self.where, False, exc)
                 failure.possibly_written = False
-                _fail(request.future, failure)
+                request.finish(None, failure)
             self._auth_task = None
             self.close(error)
             if not isinstance(exc, Exception):
@@ -541,15 +613,15 @@ class ProduceConnection(asyncio.Protocol):
         self._auth_task = None
         held, self._held = self._held, []
         for request in held:
-            if request.future.done():
-                continue
+            if request.done is None:
+                continue  # cancelled meanwhile
             try:
-                version = self._version(request.v12)
+                request.version = self._version(request.v12)
             except AioAccumError as exc:
-                _fail(request.future, exc)
+                exc.possibly_written = False
+                request.finish(None, exc)
                 continue
-            self._write_produce(request.future, version, request.acks, request.timeout_ms,
-                                request.batches, request.transactional_id)
+            self._write_produce(request)
 
 
 def _mechanism_refused(mechanism: str, where: str, code: int, enabled: list[str]) -> Exception:
@@ -577,8 +649,14 @@ def _read_api_versions(body: bytes) -> dict[int, tuple[int, int]]:
     return found
 
 
-def _fail(fut: asyncio.Future[Any], error: BaseException) -> None:
-    if not fut.done():
+def _settle(
+    fut: asyncio.Future[Any], _request: ProduceRequest, result: Any, error: BaseException | None
+) -> None:
+    if fut.done():
+        return
+    if error is None:
+        fut.set_result(result)
+    else:
         fut.set_exception(error)
 
 

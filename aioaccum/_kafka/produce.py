@@ -36,6 +36,7 @@ __all__ = [
     "answers_from",
     "encode_produce",
     "produce_v12",
+    "read_answers",
     "read_produce",
     "request_parts",
 ]
@@ -217,13 +218,14 @@ def request_parts(
     transactional_id: str | None,
     acks: int,
     timeout_ms: int,
-    by_topic: Mapping[str, Sequence[tuple[int, memoryview]]],
+    by_topic: Mapping[str, Sequence[tuple[int, Sequence[memoryview]]]],
 ) -> list[bytes | memoryview]:
     """A whole produce request, size prefix included, as buffers for ``writelines``.
 
-    The record batches are the pooled buffers themselves (memoryviews, never copied or
-    joined); the small pieces between two batches are joined into one ``bytes``. Version 12
-    is the flexible layout (KIP-890), 3 to 7 the classic one. ``client_id`` is encoded.
+    Each record batch is a list of buffers (its pooled chunks, the header first), put in as
+    they are: never copied or joined; its size in the request is the sum of theirs. The small
+    pieces between two batches are joined into one ``bytes``. Version 12 is the flexible layout
+    (KIP-890), 3 to 7 the classic one. ``client_id`` is encoded.
     """
     flexible = version >= 9
     head = bytearray(_SIZE_KEY_VERSION_ID.pack(0, _PRODUCE, version, correlation_id))
@@ -251,15 +253,20 @@ def request_parts(
             head += _INT16.pack(len(raw))
             head += raw
             head += _INT32.pack(len(partitions))
-        for partition, records in partitions:
-            length = len(records)
+        for partition, chunks in partitions:
+            if len(chunks) == 1:
+                length = len(chunks[0])
+            else:
+                length = 0
+                for chunk in chunks:
+                    length += len(chunk)
             if flexible:
                 head += I32.pack(partition)
                 head += uvarint(length + 1)
             else:
                 head += _PARTITION_AND_SIZE.pack(partition, length)
             parts.append(bytes(head))
-            parts.append(records)
+            parts.extend(chunks)
             size += len(head) + length
             head = bytearray(NO_TAGS) if flexible else bytearray()
         if flexible:
@@ -285,8 +292,39 @@ def read_produce(version: int, body: bytes) -> ProduceResponse:
 _READERS = {version: ProduceResponse.reader(version) for version in range(3, 8)}
 
 
+def read_answers(
+    version: int, body: bytes, batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]]
+) -> ProduceAnswers:
+    """A produce response's body (after its header) read straight into the sender's answers:
+    for versions 3 to 7, one pass with no topic lists or response object in between (version
+    12 goes through :func:`read_v12`)."""
+    if version >= 9:
+        return answers_from(read_v12(Reader(body)), batches)
+    skip = _TOPIC_PARTITION_HEADER.size + (8 if version >= 5 else 0)  # log_start_offset
+    unpack = _TOPIC_PARTITION_HEADER.unpack_from
+    out = ProduceAnswers()
+    pos = 4
+    for _ in range(_INT32.unpack_from(body, 0)[0]):
+        size = _INT16.unpack_from(body, pos)[0]
+        topic = body[pos + 2 : pos + 2 + size].decode()
+        pos += 2 + size
+        count = _INT32.unpack_from(body, pos)[0]
+        pos += 4
+        for _ in range(count):
+            partition, code, offset, timestamp = unpack(body, pos)
+            pos += skip
+            error = None
+            if code:
+                error = broker_error_for_code(
+                    code, None, topic=topic, batch_bytes=_size_of(batches, topic, partition)
+                )
+            out[TopicPartition(topic, partition)] = PartitionResponse(error, offset, timestamp)
+    out.throttle_time_ms = _INT32.unpack_from(body, pos)[0]
+    return out
+
+
 def answers_from(
-    response: ProduceResponse, batches: Sequence[tuple[TopicPartition, memoryview]]
+    response: ProduceResponse, batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]]
 ) -> ProduceAnswers:
     """The sender's answers (one :class:`PartitionResponse` per batch) from a response."""
     out = ProduceAnswers()
@@ -309,11 +347,11 @@ def answers_from(
 
 
 def _size_of(
-    batches: Sequence[tuple[TopicPartition, memoryview]], topic: str, partition: int
+    batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]], topic: str, partition: int
 ) -> int | None:
     """Bytes of the batch sent to one partition, for an error's message (errors are rare: a
     search, not a map built for every request)."""
-    for tp, records in batches:
+    for tp, chunks in batches:
         if tp[1] == partition and tp[0] == topic:
-            return len(records)
+            return sum(len(chunk) for chunk in chunks)
     return None

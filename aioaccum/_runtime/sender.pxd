@@ -9,6 +9,7 @@ cdef class Sender:
     cdef public object _request_timeout_ms
     cdef public object _clock
     cdef public set _tasks
+    cdef public dict _requests
     cdef public object _wakeup
     cdef public bint _woken
     cdef public double _deadline

@@ -4,11 +4,17 @@ Theory of operation
 -------------------
 Kafka's ``Sender`` split in two, as h11 splits a protocol from its I/O: every decision is made
 by :class:`~aioaccum._core.sender_core.SenderCore` from state and ``now``; this module only does
-what its actions say. Each turn of :meth:`Sender.run` polls the core, starts one task per
-:class:`~aioaccum._core.sender_core.Produce` (without waiting for earlier responses), asks the
-adapter for metadata or a producer id when told to, and sleeps until woken (a batch filled or
-opened, a response arrived, flush, close) or until the core's next deadline: linger is a timer
-on the event loop, never a polling loop. Answers go straight back to the core.
+what its actions say. Each turn of :meth:`Sender.run` polls the core, writes each
+:class:`~aioaccum._core.sender_core.Produce` on the node's connection at once (without waiting
+for earlier responses), asks the adapter for metadata or a producer id when told to, and sleeps
+until woken (a batch filled or opened, a response arrived, flush, close) or until the core's
+next deadline: linger is a timer on the event loop, never a polling loop.
+
+No task per request: a request's end (its answers, a timeout, a lost connection) comes back as
+a callback from the connection, :meth:`Sender._on_answer`, which hands it straight to the core
+and carries out what the core returns. Only two things await: a transaction adding partitions
+before their first request (a task for that request alone), and a node's connection being
+opened (one task per node, in :mod:`aioaccum._kafka.connections`, with its requests queued).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from aioaccum._core.batch import ProducerBatch
 from aioaccum._core.sender_core import (
     Action,
     EpochBumped,
@@ -27,7 +34,7 @@ from aioaccum._core.sender_core import (
     SenderCore,
     Wait,
 )
-from aioaccum._kafka.adapter import KafkaAdapter
+from aioaccum._kafka.adapter import KafkaAdapter, ProduceHandle, TaskProduce
 from aioaccum._kafka.logs import Throttle
 from aioaccum.errors import AioAccumError
 
@@ -65,6 +72,8 @@ class Sender:
         self._request_timeout_ms = request_timeout_ms
         self._clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
+        # Requests sent and not ended: handle -> (node, batches, when the request started).
+        self._requests: dict[ProduceHandle, tuple[int, list[ProducerBatch], float]] = {}
         self._wakeup: asyncio.Future[None] | None = None
         self._woken = False
         # While asleep, the loop time its timer is set for (inf: none); while a turn is
@@ -78,9 +87,12 @@ class Sender:
         self._stopped = False
         # Request failures to one broker: told once a minute, not once per request.
         self._failure_log = Throttle()
-        self.before_produce: Callable[[list[Any]], Awaitable[None]] | None = None
-        """Awaited with a request's batches before it is sent (a transaction adds their
-        partitions); an :class:`AioAccumError` from it fails the request as a whole."""
+        self.before_produce: (
+            Callable[[list[Any]], Callable[[], Awaitable[None]] | None] | None
+        ) = None
+        """Called with a request's batches before it is sent (a transaction adds their
+        partitions): None to send at once, or a step to await first, in a task of its own; an
+        :class:`AioAccumError` from either fails the request as a whole."""
 
     # --- control from the producer
 
@@ -167,8 +179,13 @@ class Sender:
         return self.core.fatal_error
 
     def owns(self, task: asyncio.Task[Any]) -> bool:
-        """Whether ``task`` is one the sender started (a request, or InitProducerId)."""
-        return task in self._tasks
+        """Whether ``task`` is one the sender started (a transaction's step before a request,
+        InitProducerId, or a request of an adapter that carries each out in a task)."""
+        if task in self._tasks:
+            return True
+        return any(
+            isinstance(handle, TaskProduce) and handle.task is task for handle in self._requests
+        )
 
     @property
     def stopped(self) -> bool:
@@ -226,7 +243,7 @@ class Sender:
 
     def _carry_out(self, action: Action) -> None:
         if isinstance(action, Produce):
-            self._start(self._send_request(action))
+            self._send(action)
         elif isinstance(action, RefreshMetadata):
             self._kafka.request_metadata_update(action.topics)
         elif isinstance(action, InitProducerId):
@@ -272,7 +289,11 @@ class Sender:
     # --- requests
 
     def _now(self) -> float:
-        return (self._clock or asyncio.get_running_loop().time)()
+        clock = self._clock
+        if clock is not None:
+            return clock()
+        loop = self._loop
+        return (loop or asyncio.get_running_loop()).time()
 
     async def _init_producer_id(self) -> None:
         try:
@@ -304,44 +325,119 @@ class Sender:
             log.info("new producer id %d epoch %d after a sequence error; %d queued batch(es) "
                      "re-stamped", producer_id, epoch, restamped)
 
-    async def _send_request(self, request: Produce) -> None:
+    def _send(self, request: Produce) -> None:
         node, batches = request
-        core = self.core
         # request-latency counts from here, as Java's from the request's creation after drain.
         sent = self._now()
-        try:
+        before = self.before_produce
+        if before is not None:
             try:
-                before = self.before_produce
-                if before is not None:
-                    await before(batches)
-                answers = await self._kafka.produce(
-                    node,
-                    acks=self._acks,
-                    timeout_ms=self._request_timeout_ms,
-                    batches=[(b.tp, b.records()) for b in batches],
-                )
+                step = before(batches)
             except AioAccumError as exc:
-                self._say_request_failed(node, exc, batches)
-                actions = core.on_produce_error(node, batches, exc, self._now())
-            else:
-                actions = core.on_produce_response(node, batches, answers, self._now(), sent)
-            for action in actions:
-                self._carry_out(action)
-        except asyncio.CancelledError:
-            core.on_request_cancelled(node, batches)
-            raise
+                self._request_failed(node, batches, exc)
+                return
+            except Exception as exc:
+                self._request_broken(node, batches, exc)
+                return
+            if step is not None:
+                self._start(self._send_after(node, batches, sent, step))
+                return
+        self._write(node, batches, sent)
+
+    def _write(self, node: int, batches: list[ProducerBatch], sent: float) -> None:
+        try:
+            handle = self._kafka.send_produce(
+                node,
+                acks=self._acks,
+                timeout_ms=self._request_timeout_ms,
+                batches=[(b.tp, b.record_parts()) for b in batches],
+                done=self._on_answer,
+            )
         except Exception as exc:
-            # A bug: fail what this request holds, then stop the producer, for the state it
-            # left (sequences, mutes, buffers) cannot be trusted any more.
-            log.exception("unexpected error while sending to node %d", node)
-            core.fail(exc)
-            # Sent, and no answer taken in: ProducerFailedError, possibly written.
-            core.on_request_cancelled(node, batches)
+            self._request_broken(node, batches, exc)
+            return
+        self._requests[handle] = (node, batches, sent)
+
+    async def _send_after(
+        self,
+        node: int,
+        batches: list[ProducerBatch],
+        sent: float,
+        step: Callable[[], Awaitable[None]],
+    ) -> None:
+        """A request whose partitions must join the transaction first: that step, then the
+        write. Nothing of it is written before the step ends."""
+        try:
+            await step()
+        except asyncio.CancelledError:
+            self.core.on_request_cancelled(node, batches)
+            self._ended()
+            raise
+        except AioAccumError as exc:
+            self._request_failed(node, batches, exc)
+            return
+        except Exception as exc:
+            self._request_broken(node, batches, exc)
+            return
+        self._write(node, batches, sent)
+
+    def _on_answer(
+        self, handle: ProduceHandle, answers: Any, error: BaseException | None
+    ) -> None:
+        """A request ended (answered, timed out, lost): the core decides what follows."""
+        found = self._requests.pop(handle, None)
+        if found is None:
+            return  # given up at shutdown
+        node, batches, sent = found
+        if error is not None:
+            if isinstance(error, AioAccumError):
+                self._request_failed(node, batches, error)
+            else:
+                self._request_broken(node, batches, error)
+            return
+        core = self.core
+        try:
+            for action in core.on_produce_response(node, batches, answers, self._now(), sent):
+                self._carry_out(action)
+        except Exception as exc:
+            self._request_broken(node, batches, exc)
+            return
+        self._ended()
+
+    def _request_failed(
+        self, node: int, batches: list[ProducerBatch], error: AioAccumError
+    ) -> None:
+        try:
+            self._say_request_failed(node, error, batches)
+            for action in self.core.on_produce_error(node, batches, error, self._now()):
+                self._carry_out(action)
+        except Exception as exc:
+            self._request_broken(node, batches, exc)
+            return
+        self._ended()
+
+    def _request_broken(
+        self, node: int, batches: list[ProducerBatch], error: BaseException
+    ) -> None:
+        """A bug while sending or answering: fail what this request holds, then stop the
+        producer, for the state it left (sequences, mutes, buffers) cannot be trusted any
+        more."""
+        core = self.core
+        try:
+            log.error("unexpected error while sending to node %d", node, exc_info=error)
+            core.fail(error)
         finally:
-            # Buffers came back even where no batch ended (an expired one was waiting for
-            # them), and flush() waits for those too.
-            self._notify_progress(always=True)
-            self.wakeup()
+            try:
+                # Sent, and no answer taken in: ProducerFailedError, possibly written.
+                core.on_request_cancelled(node, batches)
+            finally:
+                self._ended()
+
+    def _ended(self) -> None:
+        # Buffers came back even where no batch ended (an expired one was waiting for
+        # them), and flush() waits for those too.
+        self._notify_progress(always=True)
+        self.wakeup()
 
     def _say_request_failed(
         self, node: int, error: AioAccumError, batches: list[Any]
@@ -361,16 +457,26 @@ class Sender:
     async def _shutdown(self) -> None:
         self._stopped = True
         finished = False
+        requests = list(self._requests.items())
+        self._requests.clear()
         try:
             # Every record has an outcome when the loop ends on its own (see must_run), so a
-            # request still out only holds buffers: cancelling it loses nothing.
+            # request still out only holds buffers: giving up on it loses nothing.
             tasks = list(self._tasks)
             for task in tasks:
                 task.cancel()
+            for handle, _ in requests:
+                handle.cancel()
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
+            for handle, _ in requests:
+                await handle.released()
             finished = True
         finally:
+            if finished:
+                # No transport holds their buffers now (an aborted connection dropped them).
+                for _, (node, batches, _sent) in requests:
+                    self.core.on_request_cancelled(node, batches)
             self.abandon()
             if finished:
                 # No request reads a buffer now, including one whose task never ran.

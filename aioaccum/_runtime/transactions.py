@@ -12,7 +12,8 @@ Two protocols exist, and the cluster's finalized feature ``transaction.version``
 
 - classic (1): each partition joins the transaction (AddPartitionsToTxn) before the first
   produce request that writes to it, and a group's offsets after AddOffsetsToTxn. The sender
-  awaits :meth:`Transactions.before_produce` with each request's batches for that.
+  asks :meth:`Transactions.before_produce` about each request's batches, and awaits the step
+  it returns, if any, before sending (a request whose partitions are in goes at once).
 - KIP-890 (2): produce requests (v12) and TxnOffsetCommit (v5) add their partitions
   themselves, and the coordinator moves the epoch on at every EndTxn (v5), so a late request
   of an ended transaction can never join the next one.
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -408,15 +410,22 @@ class Transactions:
 
     # --- the sender's hook
 
-    async def before_produce(self, batches: Sequence[ProducerBatch]) -> None:
-        """Make sure every partition of a request is in the transaction before it is sent."""
+    def before_produce(
+        self, batches: Sequence[ProducerBatch]
+    ) -> Callable[[], Awaitable[None]] | None:
+        """Make sure every partition of a request is in the transaction before it is sent:
+        None when they are (the request goes at once), else the step that adds them, for the
+        sender to await before sending."""
         if self.transaction_version >= 2:
             self._started = True  # produce v12 adds them itself
-            return
-        added = self._added
-        new = {(b.tp[0], b.tp[1]) for b in batches} - added
+            return None
+        new = {(b.tp[0], b.tp[1]) for b in batches} - self._added
         if not new:
-            return
+            return None
+        return functools.partial(self._add_before_produce, new)
+
+    async def _add_before_produce(self, new: set[tuple[str, int]]) -> None:
+        added = self._added
         async with self._adding:
             new -= added  # another request may have added them meanwhile
             if new:

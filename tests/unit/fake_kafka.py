@@ -15,7 +15,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
-from aioaccum._kafka.adapter import PartitionResponse
+from aioaccum._kafka.adapter import PartitionResponse, ProduceDone, TaskProduce
 from aioaccum._kafka.errors import broker_error_for_code
 from aioaccum.errors import AioAccumError, ProducerTimeoutError
 
@@ -102,6 +102,18 @@ class FakeKafka:
 
     async def init_producer_id(self) -> tuple[int, int]:
         return 4242, 0
+
+    def send_produce(
+        self,
+        node: int,
+        *,
+        acks: int,
+        timeout_ms: int,
+        batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]],
+        done: ProduceDone,
+    ) -> TaskProduce:
+        # Each request a task awaiting produce() below, which tests override to script answers.
+        return TaskProduce(self.produce, node, acks, timeout_ms, batches, done)
 
     async def produce(
         self,

@@ -56,7 +56,7 @@ async def run(compression: str) -> dict[str, Any]:
     errors: list[list[str]] = []
     async with Producer(
         kafka=kafka, linger_ms=0, batch_size=1024, compression_type=compression,
-        retry_backoff_ms=1, retry_backoff_max_ms=1,
+        retry_backoff_ms=0, retry_backoff_max_ms=0,
     ) as producer:
         futures = []
         for i in range(300):

@@ -44,7 +44,7 @@ async def connect(broker: FakeBroker, **overrides: object) -> ProduceConnection:
 
 def produce(conn: ProduceConnection, records: bytes | bytearray, *, acks: int = 1,
             v12: bool = False) -> asyncio.Future[object]:
-    return conn.produce(acks=acks, timeout_ms=1000, batches=[(TP, memoryview(records))],
+    return conn.produce(acks=acks, timeout_ms=1000, batches=[(TP, [memoryview(records)])],
                         transactional_id=None, v12=v12)
 
 
@@ -106,13 +106,13 @@ async def test_a_lost_connection_fails_what_is_in_flight_and_the_next_request_re
     broker.drop_on_produce = True
     with pytest.raises(BrokerError) as lost:
         await asyncio.wait_for(
-            conns.produce(1, acks=1, timeout_ms=1000, batches=[(TP, memoryview(b"x"))],
+            conns.produce(1, acks=1, timeout_ms=1000, batches=[(TP, [memoryview(b"x")])],
                           transactional_id=None, v12=False), 5)
     assert lost.value.retriable
     assert lost.value.possibly_written
     broker.drop_on_produce = False
     answer = await asyncio.wait_for(
-        conns.produce(1, acks=1, timeout_ms=1000, batches=[(TP, memoryview(b"y"))],
+        conns.produce(1, acks=1, timeout_ms=1000, batches=[(TP, [memoryview(b"y")])],
                       transactional_id=None, v12=False), 5)
     assert answer[TP].error is None
     assert broker.kinds().count(18) == 2  # a second connection, negotiated again
@@ -128,7 +128,7 @@ async def test_a_refused_connection_backs_off_and_fails_as_never_written() -> No
     for _ in range(2):  # refused, then refused at once within the back-off
         with pytest.raises(AioAccumError) as failed:
             await asyncio.wait_for(
-                conns.produce(1, acks=1, timeout_ms=1000, batches=[(TP, memoryview(b"x"))],
+                conns.produce(1, acks=1, timeout_ms=1000, batches=[(TP, [memoryview(b"x")])],
                               transactional_id=None, v12=False), 5)
         errors.append(failed.value)
     assert all(not e.possibly_written for e in errors)
@@ -215,13 +215,13 @@ async def test_a_request_given_up_while_queued_drops_its_bytes_before_the_caller
     )
     records = bytearray(b"A" * _BIG)
     await asyncio.wait_for(
-        conns.produce(1, acks=1, timeout_ms=1000, batches=[(TP, memoryview(b"warm-up"))],
+        conns.produce(1, acks=1, timeout_ms=1000, batches=[(TP, [memoryview(b"warm-up")])],
                       transactional_id=None, v12=False), 5)
     conn = conns.connection(1)
     assert conn is not None
     broker.stop_reading()
     task = asyncio.ensure_future(
-        conns.produce(1, acks=1, timeout_ms=1000, batches=[(TP, memoryview(records))],
+        conns.produce(1, acks=1, timeout_ms=1000, batches=[(TP, [memoryview(records)])],
                       transactional_id=None, v12=False))
     await asyncio.sleep(0)
     assert not conn.flushed
