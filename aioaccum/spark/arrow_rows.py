@@ -65,6 +65,7 @@ async def produce_arrow(
     rows = batch.num_rows
     names = batch.schema.names
     values = _bytes_column(batch, "value", required=True)
+    assert values is not None
     keys = _bytes_column(batch, "key", required=False)
     headers = _headers(batch) if "headers" in names else None
     partitions = _partitions(batch) if "partition" in names else None

@@ -63,13 +63,13 @@ def register(spark: SparkSession) -> None:
 
 
 @dataclass(frozen=True)
-class AioAccumCommitMessage(WriterCommitMessage):  # type: ignore[misc]
+class AioAccumCommitMessage(WriterCommitMessage):
     """One task's outcome, for the driver's ``commit`` or ``abort``."""
 
     result: TaskResult
 
 
-class AioAccumDataSource(DataSource):  # type: ignore[misc]
+class AioAccumDataSource(DataSource):
     """The ``aioaccum`` data source: write-only, batch and streaming."""
 
     @classmethod
@@ -137,11 +137,18 @@ def _task() -> tuple[int, int | None]:
     return context.partitionId(), None if batch is None else int(batch)
 
 
-def _results(messages: list[AioAccumCommitMessage | None]) -> list[TaskResult]:
-    return [m.result for m in messages if m is not None]
+def _results(messages: list[WriterCommitMessage | None]) -> list[TaskResult]:
+    results = []
+    for message in messages:
+        if message is None:
+            continue  # a task that failed
+        if not isinstance(message, AioAccumCommitMessage):
+            raise TypeError(f"a task handed back {type(message).__name__}, not its outcome")
+        results.append(message.result)
+    return results
 
 
-class AioAccumBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class AioAccumBatchWriter(DataSourceArrowWriter):
     """``df.write.format("aioaccum")``."""
 
     def __init__(self, options: SinkOptions) -> None:
@@ -151,7 +158,7 @@ class AioAccumBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         partition, _ = _task()
         return AioAccumCommitMessage(write_partition(self.options, iterator, partition, None))
 
-    def commit(self, messages: list[AioAccumCommitMessage | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         options = self.options
         if options.guarantee != "exactly_once":
             return
@@ -171,7 +178,7 @@ class AioAccumBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
             txns.abort_after(exc)
             raise
 
-    def abort(self, messages: list[AioAccumCommitMessage | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _abort_all(self.options, len(messages))
 
 
@@ -185,7 +192,7 @@ def _abort_all(options: SinkOptions, partitions: int) -> None:
     run_coroutine(lambda: abort_transactional_ids(ids, **settings))
 
 
-class AioAccumStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class AioAccumStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("aioaccum")``."""
 
     def __init__(self, options: SinkOptions) -> None:
@@ -200,7 +207,7 @@ class AioAccumStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             )
         return AioAccumCommitMessage(write_partition(self.options, iterator, partition, batch_id))
 
-    def commit(self, messages: list[AioAccumCommitMessage | None], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         options = self.options
         if options.guarantee != "exactly_once":
             return
@@ -218,7 +225,7 @@ class AioAccumStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         )
         run_coroutine(lambda: _commit_batch(options, [p for _, p in prepared], batchId))
 
-    def abort(self, messages: list[AioAccumCommitMessage | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _abort_all(self.options, len(messages))
 
 

@@ -219,9 +219,10 @@ def check_columns(schema: StructType, options: SinkOptions, *, streaming: bool) 
     headers = fields.get("headers")
     if headers is not None:
         data_type = headers.dataType
-        ok = isinstance(data_type, ArrayType) and isinstance(data_type.elementType, StructType)
-        if ok:
-            inner = {f.name: f.dataType for f in data_type.elementType.fields}
+        element = data_type.elementType if isinstance(data_type, ArrayType) else None
+        ok = isinstance(element, StructType)
+        if isinstance(element, StructType):
+            inner = {f.name: f.dataType for f in element.fields}
             ok = (
                 set(inner) == {"key", "value"}
                 and isinstance(inner["key"], StringType)

@@ -16,14 +16,13 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pyspark import SparkContext
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import aioaccum.spark
@@ -42,7 +41,7 @@ RUN_WITHIN_S = 240.0
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
+def spark() -> SparkSession:
     running = SparkContext._active_spark_context
     if running is not None and running.master != MASTER:
         running.stop()
@@ -59,7 +58,7 @@ def spark() -> Iterator[SparkSession]:
     )
     session.sparkContext.setLogLevel("ERROR")
     aioaccum.spark.register(session)
-    yield session
+    return session
 
 
 async def read_values(bootstrap: str, topic: str, isolation: str) -> Counter[bytes]:
@@ -87,7 +86,7 @@ async def read_values(bootstrap: str, topic: str, isolation: str) -> Counter[byt
         await consumer.stop()
 
 
-def rows_df(spark: SparkSession, rows: int) -> object:
+def rows_df(spark: SparkSession, rows: int) -> DataFrame:
     return spark.range(0, rows, 1, 4).select(
         F.col("id").cast("string").alias("key"),
         F.concat(F.lit("v-"), F.col("id").cast("string")).alias("value"),
@@ -102,7 +101,7 @@ async def test_a_batch_write_puts_every_row_once(
     topic = await topic_factory(partitions=3)
     df = rows_df(spark, 1000)
     writer = (
-        df.write.format("aioaccum")  # type: ignore[attr-defined]
+        df.write.format("aioaccum")
         .mode("append")
         .option("kafka.bootstrap.servers", kafka_bootstrap)
         .option("topic", topic)
@@ -123,18 +122,20 @@ def test_bad_options_and_columns_are_refused_before_any_task(
     tracker = spark.sparkContext.statusTracker()
     jobs_before = len(tracker.getJobIdsForGroup(None))
 
-    def save(frame: object, **options: str) -> str:
-        writer = frame.write.format("aioaccum").mode("append")  # type: ignore[attr-defined]
+    def save(frame: DataFrame, **options: str) -> str:
+        writer = frame.write.format("aioaccum").mode("append")
         for name, value in {"kafka.bootstrap.servers": kafka_bootstrap, **options}.items():
             writer = writer.option(name, value)
-        with pytest.raises(Exception) as caught:
+        with pytest.raises(Exception, match=r"\S") as caught:
             writer.save()
         return str(caught.value)
 
     assert "did you mean 'topic'" in save(df, topik="t")
     assert "linger.mss" in save(df, topic="t", **{"kafka.linger.mss": "5"})
-    assert "'transactional.id.prefix'" in save(df, topic="t", **{"delivery.guarantee": "exactly_once"})
-    assert "column 'value' has type bigint" in save(spark.range(3).withColumnRenamed("id", "value"), topic="t")
+    exactly_once = {"delivery.guarantee": "exactly_once"}
+    assert "'transactional.id.prefix'" in save(df, topic="t", **exactly_once)
+    numbers = spark.range(3).withColumnRenamed("id", "value")
+    assert "column 'value' has type bigint" in save(numbers, topic="t")
     assert "column 'partition' has type string" in save(
         df.withColumn("partition", F.lit("1")), topic="t"
     )
@@ -184,7 +185,8 @@ def forget_last_commit(checkpoint: Path) -> int:
     """Drop Spark's record of the last micro-batch's commit: the next start replays it,
     although the sink committed it to Kafka."""
     commits = sorted(
-        (p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
+        (p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()),
+        key=lambda p: int(p.name),
     )
     last = commits[-1]
     last.unlink()
