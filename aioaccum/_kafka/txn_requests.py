@@ -36,6 +36,7 @@ _ADD_PARTITIONS_TO_TXN = 24
 _ADD_OFFSETS_TO_TXN = 25
 _END_TXN = 26
 _TXN_OFFSET_COMMIT = 28
+_OFFSET_FETCH = 9
 
 GROUP = int(CoordinationType.GROUP)
 TRANSACTION = int(CoordinationType.TRANSACTION)
@@ -45,6 +46,7 @@ __all__ = [
     "TRANSACTION",
     "AddPartitionsResult",
     "EndTxnResult",
+    "OffsetFetchResult",
     "ProducerIdResult",
     "TxnWire",
 ]
@@ -68,6 +70,13 @@ class EndTxnResult(NamedTuple):
 class AddPartitionsResult(NamedTuple):
     errors: dict[tuple[str, int], int]
     """Error code per partition (0: added)."""
+
+
+class OffsetFetchResult(NamedTuple):
+    error_code: int
+    """The group's error (0: the offsets below are answers)."""
+    offsets: dict[tuple[str, int], tuple[int, int]]
+    """Per partition: committed offset (-1: none) and error code."""
 
 
 def _partition_errors(r: Reader) -> dict[tuple[str, int], int]:
@@ -267,6 +276,45 @@ class TxnWire:
             node, Call(_TXN_OFFSET_COMMIT, versions, body, read)
         )
         return errors
+
+    async def offset_fetch(
+        self, node: int, group_id: str, partitions: Iterable[tuple[str, int]]
+    ) -> OffsetFetchResult:
+        """The committed offsets of ``group_id`` (OffsetFetch v7, ``require_stable``: while
+        a transaction that commits offsets of these partitions is still being completed, the
+        coordinator answers UNSTABLE_OFFSET_COMMIT rather than the older offset, KIP-447)."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+
+        def body(_version: int) -> bytes:
+            topics = [
+                compact_str(topic)
+                + compact_array([I32.pack(p) for p in sorted(parts)])
+                + NO_TAGS
+                for topic, parts in by_topic.items()
+            ]
+            return compact_str(group_id) + compact_array(topics) + I8.pack(1) + NO_TAGS
+
+        def read(_version: int, r: Reader) -> OffsetFetchResult:
+            r.int32()
+            offsets: dict[tuple[str, int], tuple[int, int]] = {}
+            for _ in range(r.compact_count()):
+                topic = r.compact_str() or ""
+                for _ in range(r.compact_count()):
+                    partition = r.int32()
+                    offset = r.int64()
+                    r.int32()  # leader epoch
+                    r.compact_str()  # metadata
+                    offsets[(topic, partition)] = (offset, r.int16())
+                    r.tags()
+                r.tags()
+            return OffsetFetchResult(r.int16(), offsets)
+
+        result: OffsetFetchResult = await self._send(
+            node, Call(_OFFSET_FETCH, (7,), body, read)
+        )
+        return result
 
     async def end_txn(
         self,

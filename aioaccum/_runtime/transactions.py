@@ -68,6 +68,7 @@ __all__ = [
     "TxnState",
     "abort_transactional_ids",
     "commit_prepared",
+    "fetch_committed_offsets",
 ]
 
 log = logging.getLogger(__name__)
@@ -753,5 +754,46 @@ async def abort_transactional_ids(transactional_ids: Iterable[str], **settings: 
             )
             handled += 1
         return handled
+
+    return await _with_wire(dict(settings), work)
+
+
+_UNSTABLE_OFFSET_COMMIT = 88
+
+
+async def fetch_committed_offsets(
+    group_id: str, partitions: Iterable[tuple[str, int]], **settings: Any
+) -> dict[tuple[str, int], int]:
+    """The offsets ``group_id`` has committed for ``partitions`` (-1 where none), as a
+    ``read_committed`` consumer of the group would start from: offsets that a transaction
+    commits are seen only once it committed, and while one is being completed the call waits
+    for it (OffsetFetch with ``require_stable``, within ``max_block_ms``).
+
+    ``settings`` are :class:`~aioaccum.Producer`'s (``bootstrap_servers``, security...).
+
+    Raises:
+        TransactionError: The group coordinator refused (the message names the code).
+        ProducerTimeoutError: No stable answer within ``max_block_ms``.
+    """
+    wanted = list(partitions)
+
+    async def work(wire: TxnWire, coordinators: _Coordinators, config: ProducerConfig) -> dict[
+        tuple[str, int], int
+    ]:
+        async def step(node: int) -> tuple[int, dict[tuple[str, int], int]]:
+            answer = await wire.offset_fetch(node, group_id, wanted)
+            codes = {code for _, code in answer.offsets.values()} | {answer.error_code}
+            codes.discard(0)
+            if _UNSTABLE_OFFSET_COMMIT in codes:
+                # A transaction with these offsets is being completed: ask again shortly.
+                return int(Errors.COORDINATOR_LOAD_IN_PROGRESS), {}
+            if codes:
+                return min(codes), {}
+            return 0, {tp: offset for tp, (offset, _) in answer.offsets.items()}
+
+        return await coordinators.run(
+            GROUP, group_id, step, what=f"OffsetFetch of group {group_id!r}",
+            timeout_ms=config.max_block_ms,
+        )
 
     return await _with_wire(dict(settings), work)
