@@ -26,7 +26,6 @@ from aioaccum.errors import ConfigError
 # Kafka 4.x ProducerConfig defaults, by Java name.
 JAVA_DEFAULTS: dict[str, object] = {
     "batch.size": 16384,
-    "buffer.memory.allocation.strategy": "full",
     "linger.ms": 5,
     "buffer.memory": 33554432,
     "max.block.ms": 60000,
