@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
+from aioaccum._core.chunks import chunk_size_for
 from aioaccum._core.codecs import CompressionType, ensure_codec_available
 from aioaccum._core.partitioner import Partitioner
 from aioaccum.config.properties import producer_values
@@ -338,10 +339,16 @@ class _Rules:
         self.opentelemetry(v, explicit)
         self.partitioning(v)
         n = self.name
-        if v["batch_size"] > v["buffer_memory"]:
+        # With 'full' a batch takes batch_size bytes at once; with 'incremental' it grows in
+        # chunks, and only the first chunk must fit: a batch stops growing when the pool runs
+        # dry, so batch_size may exceed buffer_memory.
+        first = v["batch_size"]
+        if v["buffer_memory_allocation_strategy"] == "incremental":
+            first = chunk_size_for(first)
+        if first > v["buffer_memory"]:
             raise ConfigError(
-                f"{n('batch_size')}={v['batch_size']} is larger than "
-                f"{n('buffer_memory')}={v['buffer_memory']}, so no batch could ever be "
+                f"{n('batch_size')}={v['batch_size']} needs {first} bytes per new batch, more "
+                f"than {n('buffer_memory')}={v['buffer_memory']}, so no batch could ever be "
                 f"allocated; lower batch_size or raise buffer_memory"
             )
         if v["retry_backoff_ms"] > v["retry_backoff_max_ms"]:

@@ -498,10 +498,20 @@ def test_compression_type_choices_and_levels() -> None:
 # -- rules between settings -------------------------------------------------------------------
 
 
-def test_batch_size_must_fit_in_buffer_memory() -> None:
-    assert error_of(batch_size=2048, buffer_memory=1024) == (
-        "batch_size=2048 is larger than buffer_memory=1024, so no batch could ever be "
-        "allocated; lower batch_size or raise buffer_memory"
+def test_a_new_batch_must_fit_in_buffer_memory() -> None:
+    # 'full' takes batch_size at once.
+    assert error_of(batch_size=2048, buffer_memory=1024,
+                    buffer_memory_allocation_strategy="full") == (
+        "batch_size=2048 needs 2048 bytes per new batch, more than buffer_memory=1024, so no "
+        "batch could ever be allocated; lower batch_size or raise buffer_memory"
+    )
+    # 'incremental' takes one chunk: batches larger than the whole pool are fine ...
+    cfg = ProducerConfig(batch_size=1 << 20, buffer_memory=256 * 1024)
+    assert cfg.buffer_memory_allocation_strategy == "incremental"
+    # ... but not a pool smaller than one chunk.
+    assert error_of(batch_size=1 << 20, buffer_memory=1024) == (
+        "batch_size=1048576 needs 2048 bytes per new batch, more than buffer_memory=1024, so "
+        "no batch could ever be allocated; lower batch_size or raise buffer_memory"
     )
 
 
