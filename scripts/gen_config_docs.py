@@ -38,7 +38,10 @@ except two, chosen for a user who sets nothing: `batch_size` is 1 MiB (Java: 163
 other safe: batches grow in small chunks, so a 1 MiB limit costs nothing per idle partition, and
 a busy partition sends large batches without tuning, as librdkafka's 1,000,000-byte default
 does. A `.properties` file that leaves either out gets Java's default instead, so a file taken
-from a Java service configures the producer that service ran.
+from a Java service configures the producer that service ran. Keyless records move to another
+partition after `batch_size` bytes, as in Java; left at the 1 MiB default, after Java's 16384,
+so that a slow stream still spreads over partitions (a busy partition's batch still grows past
+that within one linger, as records come back to it).
 `ProducerConfig.from_properties` takes the Java names and the strings of a `.properties` file,
 and also reads `compression.<codec>.level`, `sasl.jaas.config` (PLAIN and SCRAM login modules)
 and the PEM truststore properties `ssl.truststore.location`, `ssl.truststore.certificates`,

@@ -80,6 +80,8 @@ Serializer: TypeAlias = Callable[[Any], bytes | None]
 
 # --- the dataclass
 
+JAVA_BATCH_SIZE = 16384
+
 
 class _Default:
     """A default value, as opposed to the same value chosen by the user."""
@@ -289,6 +291,19 @@ class ProducerConfig:
         if isinstance(java, NoJavaName):
             raise ConfigError(f"{name} has no single Java property: {java.why}")
         return java
+
+    @property
+    def sticky_partition_bytes(self) -> int:
+        """Bytes keyless records send to one partition before the partitioner moves on.
+
+        Java's rule is ``batch_size``. Left at our 1 MiB default that would keep a low-rate
+        stream on one partition for minutes, so then it is Java's default batch size (16384)
+        instead: records spread as they do in Java, while a busy partition's batch still
+        grows past it within one linger, as records come back to it.
+        """
+        if "batch_size" in self._explicit:
+            return self.batch_size
+        return min(self.batch_size, JAVA_BATCH_SIZE)
 
     @property
     def explicit_settings(self) -> frozenset[str]:

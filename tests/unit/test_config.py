@@ -772,3 +772,14 @@ def test_no_plaintext_warning_when_the_password_is_not_sent_in_clear(
     with caplog.at_level(logging.WARNING, logger="aioaccum.config.producer_config"):
         ProducerConfig.from_kwargs(**sasl(security_protocol=protocol, sasl_mechanism=mechanism))
     assert plaintext_warnings(caplog) == []
+
+
+def test_keyless_records_switch_partitions_as_javas_default_batch_size_does() -> None:
+    # Java's rule: batch_size. Left at our 1 MiB default, Java's default size instead, so that a
+    # slow stream still spreads over partitions.
+    java_default = next(r.java_default for r in SETTINGS if r.name == "batch_size")
+    assert ProducerConfig().sticky_partition_bytes == java_default == 16384
+    assert ProducerConfig(batch_size=1 << 20).sticky_partition_bytes == 1 << 20
+    assert ProducerConfig(batch_size=4096).sticky_partition_bytes == 4096
+    assert ProducerConfig.from_properties({"batch.size": "65536"}).sticky_partition_bytes == 65536
+    assert ProducerConfig.from_properties({}).sticky_partition_bytes == 16384
