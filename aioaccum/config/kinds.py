@@ -128,6 +128,7 @@ class Folder(Str):
 
     def __init__(self) -> None:
         super().__init__(optional=True)
+        self.annotation = "str | os.PathLike[str] | None"
 
     def check(self, value: object, label: str) -> object:
         if isinstance(value, os.PathLike):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import ssl
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -41,8 +42,8 @@ from aioaccum.config.properties import producer_values
 from aioaccum.config.settings import (
     FIELDS,
     INT_MAX,
-    JOURNAL_SEGMENT_OVERHEAD,
     JAVA_TO_PYTHON,
+    JOURNAL_SEGMENT_OVERHEAD,
     LEVELS,
     MAX_IN_FLIGHT_FOR_IDEMPOTENCE,
     PRODUCER,
@@ -173,7 +174,7 @@ class ProducerConfig:
     sasl_plain_username: str | None = _ROW_DEFAULT
     sasl_plain_password: str | None = _ROW_DEFAULT
     sasl_oauth_token_provider: TokenProvider | None = _ROW_DEFAULT
-    journal_dir: str | None = _ROW_DEFAULT
+    journal_dir: str | os.PathLike[str] | None = _ROW_DEFAULT  # kept as a str
     journal_sync: str = _ROW_DEFAULT
     journal_sync_ms: int = _ROW_DEFAULT
     journal_max_bytes: int = _ROW_DEFAULT
