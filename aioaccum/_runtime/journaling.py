@@ -148,14 +148,15 @@ class JournaledAccumulator(RecordAccumulator):
 
     def drain(self, cluster: ClusterView, nodes: Iterable[int], max_size: int,
               now: float) -> dict[int, list[ProducerBatch]]:
-        drained: dict[int, list[ProducerBatch]] = super().drain(cluster, nodes, max_size, now)
-        if not drained:
-            return drained
-        txn = self._txn
-        if txn is None:
-            return drained
-        producer = txn.producer
+        # Under the journal's lock: a thread's append registers its batch's range between
+        # taking the record and releasing the lock, so no batch leaves unregistered.
         with self.journal_lock:
+            drained: dict[int, list[ProducerBatch]] = super().drain(cluster, nodes, max_size,
+                                                                    now)
+            txn = self._txn
+            if not drained or txn is None:
+                return drained
+            producer = txn.producer
             ranges = self._ranges
             for batches in drained.values():
                 for batch in batches:
