@@ -13,9 +13,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from workload import record_value
-
 from aioaccum import Producer
+from faults.workload import record_value
 
 
 async def main(bootstrap: str, topic: str, folder: str, first: int, count: int,
@@ -24,7 +23,7 @@ async def main(bootstrap: str, topic: str, folder: str, first: int, count: int,
                         buffer_memory=4 << 20)
     await producer.start()
     print(f"recovered {producer.journal_recovered}", flush=True)
-    with open(returned, "a", buffering=1) as out:
+    with open(returned, "a", buffering=1) as out:  # noqa: ASYNC230  (a line per record)
         for rid in range(first, first + count):
             await producer.send(topic, record_value(rid, 100), key=b"%d" % (rid % 97))
             out.write(f"{rid}\n")

@@ -37,7 +37,7 @@ START_TIMEOUT_S = 60.0
 
 
 def _env() -> dict[str, str]:
-    path = [str(TESTS_DIR / "faults"), str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    path = [str(TESTS_DIR), str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
 
 
@@ -75,7 +75,7 @@ async def test_kill_9_loses_nothing_send_returned(
         while len(_returned(returned_file)) < kill_after:
             assert child.poll() is None, f"the child ended early with {child.returncode}"
             assert time.monotonic() < deadline, "the child produced too slowly"
-            time.sleep(0.005)
+            time.sleep(0.005)  # noqa: ASYNC251  (the child runs on its own; nothing to await)
         child.send_signal(signal.SIGKILL)
         child.wait(30)
         child.stdout.close()
