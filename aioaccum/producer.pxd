@@ -27,6 +27,8 @@ cdef class Producer:
     cdef public long long _batches_seen
     cdef public object _transactions
     cdef public object _hooks
+    cdef public object _journal
+    cdef public long long journal_recovered
     cdef object __weakref__
 
     cpdef tuple _checked(self, key, value, headers, timestamp_ms)

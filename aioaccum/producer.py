@@ -40,7 +40,8 @@ from aioaccum._runtime.from_thread import (
     wait_for_topic_from_thread,
 )
 from aioaccum._runtime.hooks import SendHooks
-from aioaccum._runtime.loops import LOOP_BUSY, LOOP_STOPPED, read_on
+from aioaccum._runtime.journaling import JournaledAccumulator, close_journal, start_journal
+from aioaccum._runtime.loops import LOOP_BUSY, LOOP_STOPPED, close_kafka, read_on
 from aioaccum._runtime.pool import BufferPool
 from aioaccum._runtime.send_records import RecordLike, send_records
 from aioaccum._runtime.sender import Sender
@@ -132,6 +133,9 @@ class Producer:
         # Interceptors and tracing (aioaccum._runtime.hooks): None when neither is set, and then
         # the send methods' one test of it is all they cost.
         self._hooks = SendHooks.for_config(config)
+        self._journal: Any = None  # journal_sync='always': send() awaits its group commit
+        self.journal_recovered = 0
+        """Records a previous producer left in ``journal_dir``, sent again at :meth:`start`."""
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
@@ -174,6 +178,9 @@ class Producer:
         self._sender_task = asyncio.get_running_loop().create_task(
             self._sender.run(), name="aioaccum-sender", context=context
         )
+        if isinstance(self._acc, JournaledAccumulator):  # owed records go before any new one
+            self._journal, self.journal_recovered = await start_journal(
+                self._acc, kafka, self._pool, cfg)
         self._parts = (kafka, self._acc, self._sender)
         self._move(ProducerState.RUNNING)
         if cfg.otel_metrics:
@@ -383,21 +390,13 @@ class Producer:
         finally:
             if self._pool is not None:
                 self._pool.close()
+            await close_journal(self._acc)  # after the sender: its outcomes are journaled
             if self._kafka is not None:
-                await self._close_kafka(self._kafka)
+                await close_kafka(self._kafka, _CLOSE_GRACE_S)
             if self._hooks is not None:
                 self._hooks.close()  # the interceptors' close(), as Java's close() calls it
         if cancelled is not None:
             raise cancelled
-
-    async def _close_kafka(self, kafka: KafkaAdapter) -> None:
-        closing = asyncio.ensure_future(kafka.close())
-        done, _ = await asyncio.wait({closing}, timeout=_CLOSE_GRACE_S)
-        if not done:
-            log.warning("closing the broker connections took over %.1f s; left to finish "
-                        "in the background", _CLOSE_GRACE_S)
-        elif not closing.cancelled() and closing.exception() is not None:
-            log.warning("closing the broker connections failed: %r", closing.exception())
 
     def _refuse_inside_sender(self, what: str) -> None:
         """Raise instead of deadlocking when the sender's own tasks would wait for the sender.
@@ -550,6 +549,8 @@ class Producer:
                 assert record is not None
                 hooks.refused(record, span, exc)
             raise
+        if self._journal is not None:
+            await self._journal.committed()  # journal_sync='always': after an fdatasync
         if hooks is not None:
             assert record is not None
             hooks.follow(appended, record, span)  # type: ignore[arg-type]  # as below
@@ -663,6 +664,8 @@ class Producer:
                 assert record is not None
                 hooks.refused(record, span, exc)
             raise
+        if self._journal is not None:
+            self._journal.committed_from_thread()
         if hooks is not None:
             assert record is not None
             hooks.follow_from_thread(appended, record, span, loop)  # type: ignore[arg-type]

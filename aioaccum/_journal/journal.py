@@ -26,7 +26,7 @@ from aioaccum._journal.lock import FolderLock
 from aioaccum._journal.segment import SUFFIX, Problem, Segment, is_disk_full
 from aioaccum.errors import JournalError, JournalFullError, RecordTooLargeError
 
-__all__ = ["Journal", "JournaledRecord", "Recovery"]
+__all__ = ["Journal", "JournaledRecord", "Recovery", "SealedBatch", "sync_files"]
 
 Header = tuple[str, bytes | None]
 TopicPartition = tuple[str, int]
@@ -230,6 +230,15 @@ class Journal:
     def bytes_on_disk(self) -> int:
         return sum(s.size for s in self._segments)
 
+    def has_room(self, size: int) -> bool:
+        """Whether a record entry of about ``size`` bytes (key, value and headers) fits now:
+        in the newest segment, or in a new one within ``max_bytes``."""
+        needed = size + 2 * ENTRY_HEADER.size + 512  # the topic's definition too
+        head = self._head
+        if head is not None and head.room() >= needed:
+            return True
+        return self.bytes_on_disk() + self.segment_bytes <= self.max_bytes
+
     def append(
         self,
         topic: str,
@@ -306,6 +315,16 @@ class Journal:
         written since the last sync; the newest is the one that matters in practice)."""
         for segment in self._segments:
             segment.sync()
+
+    def unsynced(self) -> list[tuple[Segment, Path, int]]:
+        """Segments written since their last sync: (segment, its file, bytes written). Hand
+        the files to :func:`sync_files` on another thread, then :meth:`synced` the list."""
+        return [(s, s.path, s.write_pos) for s in self._segments if s.write_pos > s.synced_pos]
+
+    @staticmethod
+    def synced(done: list[tuple[Segment, Path, int]]) -> None:
+        for segment, _path, pos in done:
+            segment.synced_pos = max(segment.synced_pos, pos)
 
     def close(self) -> None:
         for segment in self._segments:
@@ -407,3 +426,18 @@ class Journal:
         # The newest stays: it is where the next entry goes (unless recovery cut it).
         while len(self._segments) > 1 and self._segments[0].records == 0:
             self._segments.popleft().delete()
+
+
+def sync_files(files: list[tuple[Segment, Path, int]]) -> None:
+    """``fdatasync`` each file through a descriptor of its own, so that the loop may retire or
+    delete the segment meanwhile (a file deleted since owes nothing and is skipped). Pages
+    written through a shared map are flushed by any descriptor of the file."""
+    for _segment, path, _pos in files:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)

@@ -53,7 +53,7 @@ class Segment:
     """A segment file open for reading and, when it is the newest, for appending."""
 
     __slots__ = (
-        "_fd", "_map", "_synced", "first_seq", "owed", "path", "records", "size", "topics",
+        "_fd", "_map", "first_seq", "owed", "path", "records", "size", "synced_pos", "topics",
         "writer",
     )
 
@@ -65,7 +65,7 @@ class Segment:
         self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self.writer = EntryWriter(self._map, SEGMENT_HEADER.size, size)
         # Where the last sync left the writer (a retired segment still needs one, by path).
-        self._synced = SEGMENT_HEADER.size
+        self.synced_pos = SEGMENT_HEADER.size
         # Topic ids this segment has defined (a TOPIC entry precedes their first use in it).
         self.topics: set[int] = set()
         # Records in this segment that have no outcome yet, in all and per partition; the
@@ -143,7 +143,7 @@ class Segment:
     def sync(self) -> None:
         """Push written entries to the disk (``fdatasync`` reaches pages written by the map)."""
         written = self.write_pos
-        if written == self._synced:
+        if written == self.synced_pos:
             return
         if self._fd >= 0:
             os.fdatasync(self._fd)
@@ -153,7 +153,7 @@ class Segment:
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
-        self._synced = written
+        self.synced_pos = written
 
     @property
     def retired(self) -> bool:

@@ -50,6 +50,7 @@ class BulkSender(Protocol):
 
     _parts: tuple[KafkaAdapter, RecordAccumulator, Sender] | None
     _batches_seen: int
+    _journal: Any
 
     @property
     def _loop(self) -> asyncio.AbstractEventLoop | None: ...
@@ -243,6 +244,8 @@ async def send_many(
             )
         raise
     outcome.seal(count)
+    if producer._journal is not None:
+        await producer._journal.committed()  # journal_sync='always'
     return future_all
 
 

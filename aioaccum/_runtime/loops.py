@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -22,6 +23,7 @@ __all__ = [
     "LOOP_GRACE_S",
     "LOOP_STOPPED",
     "LoopFactory",
+    "close_kafka",
     "default_loop_factory",
     "describe_loop",
     "read_on",
@@ -79,3 +81,16 @@ def read_on(loop: asyncio.AbstractEventLoop, read: Coroutine[Any, Any, _T]) -> _
     except concurrent.futures.TimeoutError:
         future.cancel()
         return LOOP_STOPPED if not loop.is_running() else LOOP_BUSY
+
+
+async def close_kafka(kafka: Any, grace: float) -> None:
+    """Close the broker connections, waiting ``grace`` seconds at most (then they finish in
+    the background); a failure is logged, not raised: close() is ending anyway."""
+    log = logging.getLogger("aioaccum.producer")
+    closing = asyncio.ensure_future(kafka.close())
+    done, _ = await asyncio.wait({closing}, timeout=grace)
+    if not done:
+        log.warning("closing the broker connections took over %.1f s; left to finish "
+                    "in the background", grace)
+    elif not closing.cancelled() and closing.exception() is not None:
+        log.warning("closing the broker connections failed: %r", closing.exception())

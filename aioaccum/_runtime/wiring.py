@@ -8,6 +8,7 @@ other. The producer keeps what this returns and starts the sender's task itself.
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import NamedTuple
 
 from aioaccum._core.accumulator import RecordAccumulator
@@ -18,6 +19,7 @@ from aioaccum._core.metrics import ProducerMetrics
 from aioaccum._core.partitioner import BuiltInPartitioner
 from aioaccum._core.sender_core import SenderCore
 from aioaccum._kafka.adapter import KafkaAdapter
+from aioaccum._runtime.journaling import JournaledAccumulator, open_journal
 from aioaccum._runtime.pool import BufferPool
 from aioaccum._runtime.sender import Sender
 from aioaccum.config.producer_config import ProducerConfig
@@ -50,11 +52,15 @@ def build_machinery(
     pool = BufferPool(cfg.buffer_memory, chunk_size or cfg.batch_size)
     metrics.bind(pool, loop.time)
     txn = TransactionManager(cfg.transactional_id) if cfg.enable_idempotence else None
-    acc = RecordAccumulator(
+    # With a journal, records wait for the cluster however long it takes: no delivery timeout.
+    delivery_timeout = cfg.delivery_timeout_ms / 1000 if cfg.journal_dir is None else math.inf
+    journal = {} if cfg.journal_dir is None else {"journal": open_journal(cfg)}
+    acc = (RecordAccumulator if cfg.journal_dir is None else JournaledAccumulator)(
         pool,
+        **journal,  # type: ignore[arg-type]  # a Journal, keyword "journal"
         batch_size=cfg.batch_size,
         linger=cfg.linger_ms / 1000,
-        delivery_timeout=cfg.delivery_timeout_ms / 1000,
+        delivery_timeout=delivery_timeout,
         compression=CompressionType.from_name(cfg.compression_type),
         compression_level=cfg.compression_level,
         transaction_manager=txn,
@@ -70,7 +76,7 @@ def build_machinery(
         acc,
         max_request_size=cfg.max_request_size,
         max_in_flight=cfg.max_in_flight_requests_per_connection,
-        delivery_timeout=cfg.delivery_timeout_ms / 1000,
+        delivery_timeout=delivery_timeout,
         retries=cfg.retries,
         retry_backoff=cfg.retry_backoff_ms / 1000,
         retry_backoff_max=cfg.retry_backoff_max_ms / 1000,

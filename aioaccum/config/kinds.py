@@ -23,6 +23,7 @@ __all__ = [
     "Bool",
     "Choice",
     "File",
+    "Folder",
     "Function",
     "Int",
     "Interceptors",
@@ -120,6 +121,22 @@ class Str(Kind):
         if self.optional:  # the optional strings are credentials: never echo one
             raise ConfigError(f"{label} must be a str or None, got a {type(value).__name__}")
         raise ConfigError(f"{label} must be a str, got {value!r}")
+
+
+class Folder(Str):
+    """A folder path: a str, or a path object (``pathlib.Path``), kept as a str; or None."""
+
+    def __init__(self) -> None:
+        super().__init__(optional=True)
+        self.annotation = "str | os.PathLike[str] | None"
+
+    def check(self, value: object, label: str) -> object:
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if value is None or (isinstance(value, str) and value):
+            return value
+        raise ConfigError(f"{label} must be a folder path (str or pathlib.Path) or None, "
+                          f"got {value!r}")
 
 
 class Choice(Kind):

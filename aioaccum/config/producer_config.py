@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import ssl
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +44,7 @@ from aioaccum.config.settings import (
     FIELDS,
     INT_MAX,
     JAVA_TO_PYTHON,
+    JOURNAL_SEGMENT_OVERHEAD,
     LEVELS,
     MAX_IN_FLIGHT_FOR_IDEMPOTENCE,
     PRODUCER,
@@ -175,6 +177,11 @@ class ProducerConfig:
     sasl_plain_username: str | None = _ROW_DEFAULT
     sasl_plain_password: str | None = _ROW_DEFAULT
     sasl_oauth_token_provider: TokenProvider | None = _ROW_DEFAULT
+    journal_dir: str | os.PathLike[str] | None = _ROW_DEFAULT  # kept as a str
+    journal_sync: str = _ROW_DEFAULT
+    journal_sync_ms: int = _ROW_DEFAULT
+    journal_max_bytes: int = _ROW_DEFAULT
+    journal_segment_bytes: int = _ROW_DEFAULT
     _explicit: frozenset[str] = field(
         default=frozenset(), init=False, repr=False, compare=False, hash=False
     )
@@ -385,6 +392,37 @@ class _Rules:
             # acks or retries is an error even when idempotence was left at its default.
             chosen = "enable_idempotence" in explicit or v["transactional_id"] is not None
             self.idempotence(v, chosen)
+        if v["journal_dir"] is not None:
+            self.journal(v)
+
+    def journal(self, v: dict[str, Any]) -> None:
+        n = self.name
+        if not v["enable_idempotence"]:
+            # Outcomes must come in acceptance order per partition, and a restart re-sends
+            # sealed batches under their sequence numbers: both need the idempotent producer.
+            raise ConfigError(
+                f"{n('journal_dir')} needs {n('enable_idempotence')}=True (the journal relies "
+                "on in-order outcomes and sequence numbers per partition), which also needs "
+                "acks='all' and retries > 0; fix those, or set journal_dir=None"
+            )
+        if v["transactional_id"] is not None:
+            raise ConfigError(
+                f"{n('journal_dir')} does not work with {n('transactional_id')}: a restart "
+                "cannot resume an open transaction; use one or the other"
+            )
+        needed = v["max_request_size"] + JOURNAL_SEGMENT_OVERHEAD
+        if v["journal_segment_bytes"] <= needed:
+            raise ConfigError(
+                f"{n('journal_segment_bytes')}={v['journal_segment_bytes']} must exceed "
+                f"{n('max_request_size')} + {JOURNAL_SEGMENT_OVERHEAD} = {needed}, so that a "
+                f"record of the largest size fits in a segment; raise it above {needed}"
+            )
+        if v["journal_max_bytes"] < 2 * v["journal_segment_bytes"]:
+            raise ConfigError(
+                f"{n('journal_max_bytes')}={v['journal_max_bytes']} must be at least two "
+                f"segments, 2 x {n('journal_segment_bytes')} = "
+                f"{2 * v['journal_segment_bytes']}; raise it or lower journal_segment_bytes"
+            )
 
     def partitioning(self, v: dict[str, Any]) -> None:
         # Java's rule (RecordAccumulator.PartitionerConfig): rack awareness without a rack

@@ -17,6 +17,7 @@ from aioaccum.config.kinds import (
     Acks,
     Bool,
     Choice,
+    Folder,
     Function,
     Int,
     Interceptors,
@@ -63,6 +64,11 @@ _JAAS_ONLY = "Java passes it inside sasl.jaas.config"
 _INTERCEPTOR_CLASSES = "Java names classes in interceptor.classes; these are Python objects"
 _OTEL_OUTSIDE = "OpenTelemetry instruments Java's client from outside its settings"
 _METRICS_ALWAYS = "Java's producer always records its metrics"
+_JOURNAL = "Java's producer keeps accepted records in memory only"
+JOURNAL_SYNCS = ("none", "interval", "always")
+# A segment holds at least one record of max_request_size: its entry framing, the topic's
+# definition and the segment header fit in this much more.
+JOURNAL_SEGMENT_OVERHEAD = 64 * 1024
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("bootstrap_servers", "bootstrap.servers", Servers(), "127.0.0.1:9092",
@@ -185,6 +191,19 @@ SETTINGS: tuple[Setting, ...] = (
             TokenProvider("TokenProvider | None"), None,
             "OAUTHBEARER: an async callable returning OAuthToken(token, expires_at_ms) or "
             "(token, expires_at_ms); not shown by repr()", secret=True),
+    Setting("journal_dir", NoJavaName(_JOURNAL), Folder(), None,
+            "Write-ahead journal folder: send() returns once the record is in it, and a "
+            "restart sends what was not acknowledged (needs enable_idempotence); None: off"),
+    Setting("journal_sync", NoJavaName(_JOURNAL), Choice(JOURNAL_SYNCS, upper=False), "none",
+            "What a journaled record survives: none (process crash), interval (power loss, "
+            "but the last journal_sync_ms), always (power loss: send() waits for an fsync)"),
+    Setting("journal_sync_ms", NoJavaName(_JOURNAL), Int(1, INT_MAX), 100,
+            "With journal_sync='interval': fsync the journal at most this often"),
+    Setting("journal_max_bytes", NoJavaName(_JOURNAL), Int(1, LONG_MAX), 1 << 30,
+            "Bound of the journal on disk; when full, send() waits up to max_block_ms for "
+            "acknowledgements to free a segment"),
+    Setting("journal_segment_bytes", NoJavaName(_JOURNAL), Int(1, INT_MAX), 64 << 20,
+            "Size of one journal segment file; must exceed max_request_size + 64 KiB"),
 )  # fmt: skip  (a table: one row per setting)
 
 

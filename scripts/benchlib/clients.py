@@ -320,6 +320,9 @@ class _NoOpInterceptor:
         return None
 
 
+# The contenders with a write-ahead journal, by journal_sync.
+JOURNAL_SYNCS = {f"aioaccum-journal-{mode}": mode for mode in ("none", "interval", "always")}
+
 # The contenders that name buffer_memory_allocation_strategy (KIP-1332) explicitly.
 ALLOCATION_STRATEGIES = {"aioaccum-full": "full", "aioaccum-incremental": "incremental"}
 
@@ -332,6 +335,12 @@ def feature_settings(contender: str) -> dict[str, Any]:
         return {"buffer_memory_allocation_strategy": ALLOCATION_STRATEGIES[contender]}
     if contender == "aioaccum-nometrics":
         return {"metrics_enabled": False}
+    if contender in JOURNAL_SYNCS:
+        import tempfile
+
+        # A fresh folder per run, on the machine's temporary disk (left for the OS to clean).
+        return {"journal_dir": tempfile.mkdtemp(prefix="aioaccum-bench-journal-"),
+                "journal_sync": JOURNAL_SYNCS[contender], "enable_idempotence": True, "acks": -1}
     if contender == "aioaccum-interceptor":
         return {"interceptors": [_NoOpInterceptor()]}
     if contender == "aioaccum-tracing":
@@ -401,6 +410,7 @@ AIOACCUM_WAITS: dict[str, WaitFn] = {
     "aioaccum-tracing": await_each,
     "aioaccum-full": await_each,
     "aioaccum-incremental": await_each,
+    **dict.fromkeys(JOURNAL_SYNCS, await_each),
 }
 
 

@@ -155,6 +155,17 @@ CONTENDERS: dict[str, Contender] = {
             concurrent=False,
             memory_bound=False,
         ),
+        *(
+            Contender(
+                f"aioaccum-journal-{mode}",
+                f"as `aioaccum`, with `journal_dir=` a fresh folder and `journal_sync='{mode}'` "
+                "(the price of the write-ahead journal); one-sender workloads only",
+                _module("aioaccum"),
+                concurrent=False,
+                memory_bound=False,
+            )
+            for mode in ("none", "interval", "always")
+        ),
         Contender(
             "aioaccum-interceptor",
             "as `aioaccum`, with one interceptor whose on_send and on_acknowledgement do "

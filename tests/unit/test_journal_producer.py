@@ -1,0 +1,194 @@
+"""The journal inside the producer, against a fake broker: what send() journals, what an
+acknowledgement forgets, what a restart sends again, and what an outage does not fail."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import pathlib
+from typing import Any
+
+import pytest
+
+from aioaccum import Producer
+from aioaccum._core.cluster import StaticCluster, TopicPartition
+from aioaccum._core.kafka_errors import Errors
+from aioaccum._journal.journal import Journal
+from aioaccum._runtime.journaling import JournaledAccumulator, JournalSyncer
+from aioaccum.errors import JournalFullError, JournalLockedError
+
+from .fake_kafka import FakeKafka, SequencedFakeKafka
+
+TP0 = TopicPartition("t", 0)
+TP1 = TopicPartition("t", 1)
+SEGMENT = 1_200_000  # just above max_request_size (1 MiB) + 64 KiB
+
+
+def make(folder: pathlib.Path, fake: FakeKafka | None = None,
+         **settings: Any) -> tuple[Producer, FakeKafka]:
+    fake = fake or SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    settings.setdefault("linger_ms", 1)
+    settings.setdefault("journal_segment_bytes", SEGMENT)
+    producer = Producer("fake:9092", kafka=fake, journal_dir=folder, **settings)
+    return producer, fake
+
+
+def owed(folder: pathlib.Path) -> list[tuple[int, bytes | None]]:
+    journal = Journal.open(folder, segment_bytes=SEGMENT, max_bytes=1 << 30)
+    try:
+        return [(r.partition, r.value) for r in journal.recovery.records]
+    finally:
+        journal.close()
+
+
+def syncer_of(producer: Producer) -> JournalSyncer:
+    acc = producer._acc
+    assert isinstance(acc, JournaledAccumulator)
+    assert acc.syncer is not None
+    return acc.syncer
+
+
+async def never_answer(fake: FakeKafka) -> asyncio.Event:
+    """Hold every request until the event is set (a cluster that does not answer)."""
+    release = asyncio.Event()
+
+    async def wait() -> None:
+        await release.wait()
+
+    def gate(_request: Any) -> asyncio.Future[None]:
+        return asyncio.ensure_future(wait())
+
+    fake.gate = gate
+    return release
+
+
+async def test_acknowledged_records_leave_the_journal(tmp_path: pathlib.Path) -> None:
+    producer, fake = make(tmp_path)
+    async with producer:
+        assert isinstance(producer._acc, JournaledAccumulator)
+        futures = [await producer.send("t", b"v%d" % i, partition=i % 2) for i in range(20)]
+        await asyncio.gather(*futures)
+        assert producer._acc.journal.next_seq == 20  # each record journaled before send returned
+    assert [r.value for r in fake.log[TP0]] == [b"v%d" % i for i in range(0, 20, 2)]
+    assert owed(tmp_path) == []
+
+
+async def test_a_second_producer_on_the_folder_is_refused(tmp_path: pathlib.Path) -> None:
+    producer, _ = make(tmp_path)
+    async with producer:
+        other, _ = make(tmp_path)
+        with pytest.raises(JournalLockedError):
+            await other.start()
+
+
+async def test_unacknowledged_records_are_sent_by_the_next_producer(
+    tmp_path: pathlib.Path,
+) -> None:
+    fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake)
+    await producer.start()
+    await never_answer(fake)
+    for i in range(30):
+        await producer.send("t", b"v%d" % i, key=b"k%d" % i, partition=i % 2,
+                            timestamp_ms=1_700_000_000_000 + i, headers=[("h", b"%d" % i)])
+    await producer.close(timeout=0)  # as a crash: no outcome for any record
+    assert len(owed(tmp_path)) == 30
+
+    fresh = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    restarted, _ = make(tmp_path, fresh)
+    async with restarted:
+        assert restarted.journal_recovered == 30
+        after = await restarted.send("t", b"new", partition=0)
+        await after
+    # Recovered first, in order per partition, with keys, headers and timestamps; then new.
+    values = [r.value for r in fresh.log[TP0]]
+    assert values == [b"v%d" % i for i in range(0, 30, 2)] + [b"new"]
+    first = fresh.log[TP1][0]
+    assert (first.key, first.headers, first.timestamp) == (
+        b"k1", [("h", b"1")], 1_700_000_000_001)
+    assert owed(tmp_path) == []
+
+
+async def test_an_outage_longer_than_the_delivery_timeout_fails_nothing(
+    tmp_path: pathlib.Path,
+) -> None:
+    fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    # The leader is away for 30 answers, 5 ms apart at least: far past delivery_timeout_ms.
+    fake.script.extend({TP0: Errors.NOT_LEADER_OR_FOLLOWER} for _ in range(30))
+    producer, _ = make(tmp_path, fake, request_timeout_ms=10, delivery_timeout_ms=20,
+                       retry_backoff_ms=5, retry_backoff_max_ms=5)
+    async with producer:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        metadata = await (await producer.send("t", b"waits", partition=0))
+        waited = loop.time() - began
+    assert metadata.offset == 0
+    assert len(fake.requests) == 31
+    assert waited > 0.02 * 3  # it outlived delivery_timeout_ms several times over
+
+
+async def test_sync_always_shares_one_fsync_among_concurrent_senders(
+    tmp_path: pathlib.Path,
+) -> None:
+    producer, _ = make(tmp_path, journal_sync="always")
+    async with producer:
+        sends = [producer.send("t", b"v%d" % i, partition=0) for i in range(50)]
+        futures = await asyncio.gather(*sends)
+        syncer = syncer_of(producer)
+        assert 1 <= syncer.syncs < 50
+        await asyncio.gather(*futures)
+
+
+async def test_sync_always_from_a_thread(tmp_path: pathlib.Path) -> None:
+    producer, _ = make(tmp_path, journal_sync="always")
+    async with producer:
+        future = await asyncio.to_thread(producer.send_from_thread, "t", b"x", None, 1)
+        assert syncer_of(producer).syncs >= 1
+        await asyncio.to_thread(future.result, 5)
+    assert owed(tmp_path) == []
+
+
+async def test_sync_interval_syncs_on_its_own(tmp_path: pathlib.Path) -> None:
+    producer, _ = make(tmp_path, journal_sync="interval", journal_sync_ms=1)
+    async with producer:
+        await producer.send("t", b"x", partition=0)
+        syncer = syncer_of(producer)
+        while syncer.syncs == 0:  # noqa: ASYNC110  (the syncer has no event to wait on)
+            await asyncio.sleep(0.001)
+        assert producer._journal is None  # send() does not wait for it
+
+
+async def test_send_many_journals_every_record(tmp_path: pathlib.Path) -> None:
+    fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake)
+    await producer.start()
+    await never_answer(fake)
+    await producer.send_many("t", [b"a", b"b", b"c"], partition=1)
+    await producer.close(timeout=0)
+    assert owed(tmp_path) == [(1, b"a"), (1, b"b"), (1, b"c")]
+
+
+async def test_a_full_journal_refuses_with_the_numbers(tmp_path: pathlib.Path) -> None:
+    fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake, journal_max_bytes=2 * SEGMENT,
+                       buffer_memory=8 << 20)
+    async with producer:
+        await never_answer(fake)
+        value = b"x" * 100_000
+        sent = 0
+        with pytest.raises(JournalFullError, match="journal_max_bytes=2400000"):  # noqa: PT012
+            for _ in range(100):
+                await producer.send("t", value, partition=0)
+                sent += 1
+        assert 10 <= sent < 24  # refused once a third segment would be needed
+        await producer.close(timeout=0)
+
+
+def test_delivery_timeout_is_off_with_a_journal(tmp_path: pathlib.Path) -> None:
+    async def main() -> float:
+        producer, _ = make(tmp_path)
+        async with producer:
+            assert producer._acc is not None
+            return float(producer._acc._delivery_timeout)
+
+    assert asyncio.run(main()) == math.inf
