@@ -114,8 +114,7 @@ class Producer:
             client_id=config.client_id,
         )
         self._partitioner = BuiltInPartitioner(
-            config.sticky_partition_bytes,
-            adaptive=config.partitioner_adaptive_partitioning_enable,
+            config.sticky_partition_bytes, adaptive=config.partitioner_adaptive_partitioning_enable
         )
         self._state = ProducerState.NEW
         self._max_record_size = min(config.max_request_size, config.buffer_memory)
