@@ -174,22 +174,14 @@ class TxnWire:
         epoch: int,
         partitions: Iterable[tuple[str, int]],
     ) -> AddPartitionsResult:
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in partitions:
-            by_topic.setdefault(topic, []).append(partition)
+        topics = _topics_field(partitions)
 
         def body(_version: int) -> bytes:
-            topics = [
-                compact_str(topic)
-                + compact_array([I32.pack(p) for p in sorted(parts)])
-                + NO_TAGS
-                for topic, parts in by_topic.items()
-            ]
             return (
                 compact_str(transactional_id)
                 + I64.pack(producer_id)
                 + I16.pack(epoch)
-                + compact_array(topics)
+                + topics
                 + NO_TAGS
             )
 
@@ -283,18 +275,10 @@ class TxnWire:
         """The committed offsets of ``group_id`` (OffsetFetch v7, ``require_stable``: while
         a transaction that commits offsets of these partitions is still being completed, the
         coordinator answers UNSTABLE_OFFSET_COMMIT rather than the older offset, KIP-447)."""
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in partitions:
-            by_topic.setdefault(topic, []).append(partition)
+        topics = _topics_field(partitions)
 
         def body(_version: int) -> bytes:
-            topics = [
-                compact_str(topic)
-                + compact_array([I32.pack(p) for p in sorted(parts)])
-                + NO_TAGS
-                for topic, parts in by_topic.items()
-            ]
-            return compact_str(group_id) + compact_array(topics) + I8.pack(1) + NO_TAGS
+            return compact_str(group_id) + topics + I8.pack(1) + NO_TAGS
 
         def read(_version: int, r: Reader) -> OffsetFetchResult:
             r.int32()
@@ -346,3 +330,15 @@ class TxnWire:
         versions = (5,) if transaction_version >= 2 else (4, 3)
         result: EndTxnResult = await self._send(node, Call(_END_TXN, versions, body, read))
         return result
+
+
+def _topics_field(partitions: Iterable[tuple[str, int]]) -> bytes:
+    """Partitions grouped by topic, as the compact topics array of AddPartitionsToTxn v3 and
+    OffsetFetch v7 write them (each topic's partitions in order)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return compact_array([
+        compact_str(topic) + compact_array([I32.pack(p) for p in sorted(parts)]) + NO_TAGS
+        for topic, parts in by_topic.items()
+    ])
