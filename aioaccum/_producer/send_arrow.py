@@ -33,7 +33,7 @@ from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
 from aioaccum._core.validate import checked_timestamp
 from aioaccum._producer.send_many import RECORD_BOUND, BulkSender
-from aioaccum._runtime.many import ManyResult, ReadOnRead
+from aioaccum._runtime.many import ManyOutcomes, ManyResult, ReadOnRead
 
 if TYPE_CHECKING:
     from aioaccum._kafka.adapter import KafkaAdapter
@@ -110,6 +110,17 @@ class ArrowOutcomes(ReadOnRead[RecordMetadata]):
     def __iter__(self) -> Iterator[RecordMetadata]:
         for row in range(len(self)):
             yield self[row]
+
+    def partition_counts(self) -> dict[int, int]:
+        """How many rows went to each partition (of whichever topic), without building each
+        row's metadata."""
+        by_position = self._by_position
+        if isinstance(by_position, ManyOutcomes):
+            return by_position.partition_counts()
+        counts: dict[int, int] = {}
+        for metadata in by_position:
+            counts[metadata.partition] = counts.get(metadata.partition, 0) + 1
+        return counts
 
 
 def _in_row_order(
