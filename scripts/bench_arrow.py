@@ -83,7 +83,12 @@ async def run(bootstrap: str, way: Way, data: Sequence[Any], rows: int) -> float
         for future in futures:
             await future
         elapsed = time.perf_counter() - start
+    # With acks=1 the high watermark follows the leader's acknowledgement by a replication.
+    deadline = time.monotonic() + 30
     count = sum((await end_offsets(bootstrap, topic, PARTITIONS)).values())
+    while count < rows and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        count = sum((await end_offsets(bootstrap, topic, PARTITIONS)).values())
     if count != rows:
         raise SystemExit(f"{topic}: {count} records, expected {rows}")
     return rows / elapsed

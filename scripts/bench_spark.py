@@ -69,6 +69,17 @@ async def committed_count(bootstrap: str, topic: str) -> int:
         await consumer.stop()
 
 
+async def settled_count(bootstrap: str, topic: str, rows: int) -> int:
+    """The topic's end offsets summed, once they reach ``rows`` or 30 s passed: with acks=1
+    the high watermark follows the leader's acknowledgement by a replication."""
+    deadline = time.monotonic() + 30
+    count = sum((await end_offsets(bootstrap, topic, PARTITIONS)).values())
+    while count < rows and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        count = sum((await end_offsets(bootstrap, topic, PARTITIONS)).values())
+    return count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=300_000)
@@ -116,6 +127,8 @@ def main() -> None:
     source = Path(tempfile.mkdtemp(prefix="aioaccum-bench-spark-"))
     df.repartition(args.micro_batches).write.parquet(str(source / "in"))
 
+    phases: list[tuple[str, int, dict[str, int]]] = []
+
     def stream(topic: str, fmt: str, **options: str) -> None:
         reader = spark.readStream.schema("key string, value string").option("maxFilesPerTrigger", 1)
         writer = (
@@ -127,7 +140,14 @@ def main() -> None:
         )
         for name, value in options.items():
             writer = writer.option(name, value)
-        writer.trigger(availableNow=True).start().awaitTermination()
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+        # Where a stream's time went: Spark's own per-micro-batch durations, summed.
+        spent: dict[str, int] = {}
+        for progress in query.recentProgress:
+            for phase, ms in progress["durationMs"].items():
+                spent[phase] = spent.get(phase, 0) + ms
+        phases.append((fmt, len(query.recentProgress), spent))
 
     def batch(topic: str, fmt: str, **options: str) -> None:
         writer = df.write.format(fmt).mode("append").option("kafka.bootstrap.servers", bootstrap)
@@ -157,7 +177,8 @@ def main() -> None:
         ),
     }
     rates: dict[str, list[float]] = {name: [] for name in sinks}
-    for round_no in range(args.rounds):
+    # Round 0 warms up (Python workers, JIT, connections) and is not counted.
+    for round_no in range(-1, args.rounds):
         for name in sinks:
             topic = f"bench-spark-{name}-{uuid.uuid4().hex[:8]}"
             asyncio.run(create_topic(bootstrap, topic, PARTITIONS))
@@ -167,14 +188,19 @@ def main() -> None:
             if name in TRANSACTIONAL:
                 count = asyncio.run(committed_count(bootstrap, topic))
             else:
-                count = sum(asyncio.run(end_offsets(bootstrap, topic, PARTITIONS)).values())
+                count = asyncio.run(settled_count(bootstrap, topic, args.rows))
             if count != args.rows:
                 raise SystemExit(f"{name}: {count} records in {topic}, expected {args.rows}")
+            if round_no < 0:
+                continue
             rates[name].append(args.rows / elapsed)
             print(
                 f"round {round_no + 1} {name:>10}: {args.rows / elapsed:>10,.0f} rows/s", flush=True
             )
     spark.stop()
+    for fmt, batches, spent in phases[-2:]:
+        top = ", ".join(f"{k} {v} ms" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
+        print(f"last {fmt} stream, {batches} micro-batches: {top}")
     base = statistics.median(rates["jvm"]) if "jvm" in rates else None
     print(f"\n{'sink':>10}  {'rows/s':>10}  vs jvm")
     for name in sinks:
