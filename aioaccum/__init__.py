@@ -8,6 +8,7 @@ from aioaccum._runtime.wait import wait_all
 from aioaccum.config.producer_config import ProducerConfig
 from aioaccum.errors import (
     AioAccumError,
+    ArrowColumnError,
     AuthenticationError,
     BrokerError,
     BufferExhaustedError,
@@ -36,6 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AioAccumError",
+    "ArrowColumnError",
     "AuthenticationError",
     "BrokerError",
     "BufferExhaustedError",

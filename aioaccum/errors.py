@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "AioAccumError",
+    "ArrowColumnError",
     "AuthenticationError",
     "BrokerError",
     "BufferExhaustedError",
@@ -48,6 +49,10 @@ class AioAccumError(Exception):
 
 class ConfigError(AioAccumError, ValueError):
     """A setting is unknown, or its value is out of range or of the wrong type."""
+
+
+class ArrowColumnError(ConfigError):
+    """Arrow rows cannot become records: a missing or mistyped column, or a null topic."""
 
 
 class SerializationError(AioAccumError, TypeError):

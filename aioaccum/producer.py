@@ -33,6 +33,7 @@ from aioaccum._core.validate import (
     wall_clock_ms,
 )
 from aioaccum._kafka.adapter import AioKafkaAdapter, KafkaAdapter
+from aioaccum._producer.send_arrow import send_arrow
 from aioaccum._producer.send_many import NO_HEADERS, RECORD_BOUND, send_each, send_many
 from aioaccum._runtime.from_thread import (
     enable_threads,
@@ -790,6 +791,15 @@ class Producer:
         """
         return await send_records(self, records)
 
+    async def send_arrow(
+        self, rows: Any, topic: str | None = None
+    ) -> asyncio.Future[Sequence[RecordMetadata]]:
+        """Buffer every row of a ``pyarrow.RecordBatch`` as a record, encoded from its buffers (no
+        Python object per row); one future of all the metadata, as :meth:`send_many`. Columns as
+        Spark's Kafka sink's (``value``, ``key``, ``headers``, ``topic``, ``partition``): see
+        docs/arrow.md."""
+        return await send_arrow(self, rows, topic)
+
     async def send_and_wait(
         self,
         topic: str,
@@ -852,16 +862,9 @@ class Producer:
         pool, sender = self._pool, self._sender
         if pool is None or sender is None:
             return {}
-        loop = self._loop_elsewhere()
-        if loop is not None:
-
-            async def read() -> dict[str, float]:
-                return self.metrics()
-
-            found = read_on(loop, read())
-            if found is not LOOP_STOPPED:
-                # A loop too busy to answer gives nothing rather than a read racing its writes.
-                return {} if found is LOOP_BUSY else cast("dict[str, float]", found)
+        found = self._read_elsewhere(self.metrics, {})
+        if found is not None:
+            return cast("dict[str, float]", found)
         return self._metrics.snapshot(pool, sender.in_flight_requests)
 
     def metric_values(self) -> list[MetricValue]:
@@ -872,24 +875,24 @@ class Producer:
         pool, sender = self._pool, self._sender
         if pool is None or sender is None:
             return []
-        loop = self._loop_elsewhere()
-        if loop is not None:
-
-            async def read() -> list[MetricValue]:
-                return self.metric_values()
-
-            found = read_on(loop, read())
-            if found is not LOOP_STOPPED:
-                return [] if found is LOOP_BUSY else cast("list[MetricValue]", found)
+        found = self._read_elsewhere(self.metric_values, [])
+        if found is not None:
+            return cast("list[MetricValue]", found)
         return self._metrics.values(pool, sender.in_flight_requests)
 
-    def _loop_elsewhere(self) -> asyncio.AbstractEventLoop | None:
-        """The producer's loop while it runs, when called from another thread (a Prometheus
-        scrape thread): the sender records metrics on that loop, so they are read there."""
+    def _read_elsewhere(self, read: Any, busy: object) -> object:
+        """``read()`` on the producer's loop, from another thread (a scrape thread): the sender
+        records metrics there. ``busy`` when the loop is too busy to answer (rather than a read
+        racing its writes); None when this thread is the place to read."""
         loop = self._loop
         if loop is None or threading.get_ident() == self._loop_thread or not loop.is_running():
             return None
-        return loop
+
+        async def on_loop() -> object:
+            return read()
+
+        found = read_on(loop, on_loop())
+        return None if found is LOOP_STOPPED else busy if found is LOOP_BUSY else found
 
     @property
     def pool(self) -> BufferPool | None:

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Which producer the Spark driver sink should use: the async one or SyncProducer, measured.
+"""The Spark driver sink's producer side, measured without Spark.
 
-The driver sink receives chunks of rows (columns of ``bytes``) from Spark and sends every row.
-This script feeds both ways of sending, ``produce`` (async ``Producer``, one ``await send`` and
-one done-callback per record) and ``produce_from_thread`` (``SyncProducer``, the driver thread
-appends, outcomes counted per chunk), the same synthetic chunks, with no Spark in the way, so
-that only the producer side differs. Interleaved rounds, a fresh topic per run, end offsets
+The driver sink receives chunks of rows (Arrow batches) from Spark and sends every row, one
+``send_arrow`` call per chunk. This script feeds ``produce`` (on the caller's loop) and
+``produce_from_thread`` (from a thread without a loop, as the driver calls it) the same
+synthetic chunks, with no Spark in the way, so that only the producer side counts.
+Interleaved rounds, a fresh topic per run, end offsets
 checked; prints the median records/s of each. The sink's settings are those of
 ``scripts/spark-demo``.
 
@@ -24,12 +24,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pyarrow as pa
 from demo import create_topic, ensure_cluster, kafka_script
 from spark_demo import end_offsets
 
 from aioaccum.spark.rows import (
     Chunk,
     Tally,
+    chunk_of,
     produce,
     produce_from_thread,
     run_coroutine,
@@ -44,10 +46,11 @@ def chunks(rows: int) -> Iterator[Chunk]:
     value = b"v" * 100
     for start in range(0, rows, CHUNK_ROWS):
         stop = min(start + CHUNK_ROWS, rows)
-        keys: list[bytes | None] = [b"%d" % (i % 100_000) for i in range(start, stop)]
-        values: list[bytes | None] = [value] * (stop - start)
-        key_bytes = sum(len(key) for key in keys if key is not None)
-        yield Chunk(keys, values, (), (), key_bytes + 100 * (stop - start))
+        keys = [b"%d" % (i % 100_000) for i in range(start, stop)]
+        batch = pa.record_batch(
+            {"key": pa.array(keys, pa.binary()), "value": pa.array([value] * (stop - start))}
+        )
+        yield chunk_of(batch, ())
 
 
 def via_async(bootstrap: str, topic: str, rows: int, tally: Tally) -> None:

@@ -309,6 +309,28 @@ cdef unsigned char* _put_record(
     return p
 
 
+cdef unsigned char* _put_raw(
+    unsigned char* p,
+    Py_ssize_t body,
+    int64_t delta,
+    Py_ssize_t offset_delta,
+    _Fields* f,
+    const unsigned char* headers,
+) noexcept nogil:
+    """Write one record whose header section is already encoded (NULL: no headers)."""
+    p = _put_varint(p, <uint64_t>body << 1)
+    p[0] = 0  # record attributes, unused
+    p = _put_varint(p + 1, _zigzag(delta))
+    p = _put_varint(p, <uint64_t>offset_delta << 1)
+    p = _put_field(p, f.key, f.key_len)
+    p = _put_field(p, f.value, f.value_len)
+    if headers == NULL:
+        p[0] = 0
+        return p + 1
+    memcpy(p, headers, f.headers_size)
+    return p + f.headers_size
+
+
 # ---------------------------------------------------------------------------------- builder
 
 cdef class MemoryRecordsBuilder:
@@ -318,39 +340,7 @@ cdef class MemoryRecordsBuilder:
     for the documentation of every method and property, which this class shares.
     """
 
-    cdef object _buffer
-    cdef object _compression
-    cdef int _codec  # int(_compression): tested on every append
-    cdef object _level
-    cdef int64_t _write_limit
-    cdef int64_t _limit  # what appends are checked against; -1 once closed
-    cdef bint _base_from_first
-    cdef int64_t _base_timestamp
-    cdef int64_t _max_timestamp
-    cdef double _est_factor
-    cdef Py_ssize_t _num_records
-    cdef Py_ssize_t _pos
-    cdef object _view  # memoryview of the buffer being written: pins its size
-    cdef unsigned char* _data  # _view's bytes when they can be written directly, else NULL
-    cdef Py_ssize_t _capacity
-    cdef object _spill
-    cdef bint _appends_closed
-    cdef bint _closed
-    cdef object _out
-    cdef Py_ssize_t _size
-    cdef double _compression_ratio
-    cdef object _producer_id
-    cdef object _producer_epoch
-    cdef object _base_sequence
-    cdef object _is_transactional
-    cdef object _chunks  # list of the pooled chunks, or None (one buffer, full allocation)
-    cdef Py_ssize_t _chunk_size
-    cdef object _source
-    cdef object _sink
-    cdef Py_ssize_t _off  # logical offset of the chunk being written (0 without chunks)
-    cdef Py_ssize_t _end  # logical end of the chunk being written (_capacity without chunks)
-    cdef Py_ssize_t _ci  # index of the chunk being written
-    cdef object _tail  # compressed bytes the chunks could not hold, or None
+    # Its fields and C methods are declared in _crecords.pxd (the Arrow encoder cimports it).
 
     def __init__(
         self,
@@ -480,6 +470,67 @@ cdef class MemoryRecordsBuilder:
             start = <unsigned char*>PyBytes_AS_STRING(record)
             if _put_record(start, start + total, body, delta, n, &f, headers) == NULL:
                 raise RuntimeError("headers changed while a record was being written")
+            if end <= self._end:
+                self._view[pos - self._off : end - self._off] = record
+            else:
+                self._straddle(pos, record)
+        self._pos = end
+        self._num_records = n + 1
+        return n
+
+    cdef Py_ssize_t try_append_raw(
+        self,
+        int64_t timestamp,
+        const char* key,
+        Py_ssize_t key_len,
+        const char* value,
+        Py_ssize_t value_len,
+        const unsigned char* headers,
+        Py_ssize_t headers_len,
+    ) except -2:
+        """``try_append`` for a record given as (pointer, length) pairs, -1 length for null,
+        and its header section already encoded (count first; NULL for none): for compiled
+        callers that read the bytes out of other buffers (Arrow columns). The same room rule,
+        bytes and result as ``try_append`` with the same record.
+
+        The pointers must stay valid across the call: taking a chunk may run Python code.
+        """
+        cdef Py_ssize_t n = self._num_records
+        cdef Py_ssize_t body, total, pos, end
+        cdef _Fields f
+        cdef bytes record
+        if not n:
+            if self._appends_closed:
+                return -1
+            if self._base_from_first:
+                self._base_timestamp = timestamp
+        if _delta_overflows(timestamp, self._base_timestamp):
+            raise OverflowError(
+                f"timestamp {timestamp} is too far from the batch's base timestamp "
+                f"{self._base_timestamp} for a 64-bit delta"
+            )
+        f.key = key
+        f.key_len = key_len
+        f.value = value
+        f.value_len = value_len
+        f.headers_size = 1 if headers == NULL else headers_len
+        body = _body_size(timestamp - self._base_timestamp, n, &f)
+        total = _varint_size(<uint64_t>body << 1) + body
+        pos = self._pos
+        end = pos + total
+        if not self._make_room(n, timestamp, pos, total, self._limit):
+            return -1
+        if self._data != NULL and end <= self._end:
+            _put_raw(
+                self._data + (pos - self._off), body, timestamp - self._base_timestamp, n, &f,
+                headers,
+            )
+        else:
+            record = PyBytes_FromStringAndSize(NULL, total)
+            _put_raw(
+                <unsigned char*>PyBytes_AS_STRING(record), body,
+                timestamp - self._base_timestamp, n, &f, headers,
+            )
             if end <= self._end:
                 self._view[pos - self._off : end - self._off] = record
             else:

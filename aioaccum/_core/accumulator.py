@@ -46,12 +46,12 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from time import sleep
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol
 
-from aioaccum._core.batch import FinalState, ProducerBatch, RunSink
+from aioaccum._core.batch import FinalState, ProducerBatch, RunSink, abort_quietly, append_moved
 from aioaccum._core.cluster import ClusterView, TopicPartition
 from aioaccum._core.codecs import CompressionRatioEstimator, CompressionType
-from aioaccum._core.futures import CallbackLoop, FutureRecordMetadata, RecordFuture
+from aioaccum._core.futures import CallbackLoop, RecordFuture
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.partitioner import (
     BuiltInPartitioner,
@@ -68,6 +68,7 @@ from aioaccum._core.records import (
 from aioaccum.errors import ProducerClosedError, ProducerFailedError
 
 if TYPE_CHECKING:
+    from aioaccum._core.arrow import ArrowRows
     from aioaccum._core.records import Header
 
 __all__ = ["BufferRequest", "BufferSupplier", "ReadyCheck", "RecordAccumulator"]
@@ -464,6 +465,33 @@ class RecordAccumulator:
                 self._sticky_appended(topic, chosen, size, full)
             return appended
 
+    def append_rows(
+        self, topic: str, partition: int | None, timestamp: int, rows: ArrowRows, start: int,
+        stop: int, run: RunSink, partitions: Sequence[int], cluster: ClusterView,
+    ) -> int:
+        """:meth:`append_run` for Arrow rows: positions ``[start, stop)`` of ``rows``, which
+        share a partition choice (see :mod:`aioaccum._core.arrow`). Same result and errors."""
+        with self._lock:
+            if self._closed or self.fatal_error is not None:
+                raise self._refusal()
+            choice = partition_for(topic, partition, None, None, partitions, cluster, None, True)
+            chosen = self._partitioner.partition(topic, cluster) if choice is None else choice
+            tp = self._topic_partition(topic, chosen, partitions)
+            dq = self._batches.get(tp)
+            if not dq:
+                return 0
+            last = dq[-1]
+            appended = last.try_append_rows(timestamp, rows, start, stop, run)
+            if not appended:
+                return 0
+            full = len(dq) > 1 or last.builder.is_full
+            if len(dq) == 1 and full:
+                self._index.touch(tp)
+                self._wakeup()
+            if choice is None:
+                self._sticky_appended(topic, chosen, rows.size_of(start, start + appended), full)
+            return appended
+
     def _refusal(self) -> ProducerClosedError:
         fatal = self.fatal_error
         if fatal is None:
@@ -716,14 +744,14 @@ class RecordAccumulator:
             # batch_size alone could rebuild the same batch round after round.
             limit = min(self._batch_size, max(big.estimated_size_in_bytes // 2, 1))
             for timestamp, key, value, headers, future, callback in big.split_records():
-                if not parts or not _append_moved(
+                if not parts or not append_moved(
                     parts[-1], timestamp, key, value, headers, future, callback
                 ):
                     size = max(limit, estimate_size_in_bytes_upper_bound(key, value, headers))
                     part = self._new_batch(
                         big.tp, bytearray(size), big.created, from_pool=False, write_limit=limit
                     )
-                    appended = _append_moved(part, timestamp, key, value, headers, future, callback)
+                    appended = append_moved(part, timestamp, key, value, headers, future, callback)
                     assert appended, "the first record of a batch always fits"
                     parts.append(part)
             big.detach_records()
@@ -834,12 +862,12 @@ class RecordAccumulator:
             for dq in self._batches.values():
                 while dq:
                     batch = dq.popleft()
-                    if _abort_quietly(batch, error):
+                    if abort_quietly(batch, error):
                         aborted.append(batch)
                     self.deallocate(batch)
             self._index.clear()
             for batch in list(self._incomplete):
-                if _abort_quietly(batch, error):
+                if abort_quietly(batch, error):
                     aborted.append(batch)
                     self.deallocate(batch)
             return aborted
@@ -855,7 +883,7 @@ class RecordAccumulator:
                     continue
                 while dq:
                     batch = dq.popleft()
-                    if _abort_quietly(batch, error):
+                    if abort_quietly(batch, error):
                         aborted.append(batch)
                     self.deallocate(batch)
                 self._index.mute(tp)
@@ -867,30 +895,3 @@ class RecordAccumulator:
             dq = self._batches.get(tp)
             return len(dq) if dq else 0
 
-
-def _abort_quietly(batch: ProducerBatch, error: BaseException) -> bool:
-    """Abort a batch on the way out. Sealing its bytes is skipped: an abort sends nothing, and
-    the failure being cleaned up may be the codec itself."""
-    batch.closed = True
-    return batch.abort(error)
-
-
-def _append_moved(
-    batch: ProducerBatch,
-    timestamp: int,
-    key: bytes | None,
-    value: bytes | None,
-    headers: Sequence[Header],
-    future: RecordFuture | None,
-    callback: Callable[[FutureRecordMetadata], object] | None,
-) -> bool:
-    """Append a record a split moved: its future follows it; a bulk run's record gets a new
-    future that reports to the run."""
-    if future is not None:
-        return batch.try_append_moved(timestamp, key, value, headers, future)
-    new = batch.try_append(timestamp, key, value, headers)
-    if new is None:
-        return False
-    if callback is not None:
-        cast(FutureRecordMetadata, new).add_done_callback(callback)
-    return True

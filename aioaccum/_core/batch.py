@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from aioaccum._core.cluster import TopicPartition
 from aioaccum._core.codecs import CompressionType
@@ -28,11 +28,19 @@ from aioaccum._core.futures import (
 from aioaccum._core.records import MemoryRecordsBuilder
 
 if TYPE_CHECKING:
+    from aioaccum._core.arrow import ArrowRows
     from aioaccum._core.records import Header
 
 # The record future and the batch result live in aioaccum._core.futures; import them from there
 # (compiled, this module holds them as C types, not as attributes).
-__all__ = ["FinalState", "ProducerBatch", "RecordMetadata", "RunSink"]
+__all__ = [
+    "FinalState",
+    "ProducerBatch",
+    "RecordMetadata",
+    "RunSink",
+    "abort_quietly",
+    "append_moved",
+]
 
 
 class RunSink(Protocol):
@@ -211,6 +219,20 @@ class ProducerBatch:
             self._runs.append((run, start, first_delta, index - start))
         return index - start
 
+    def try_append_rows(
+        self, timestamp: int, rows: ArrowRows, start: int, stop: int, run: RunSink
+    ) -> int:
+        """:meth:`try_append_many` for Arrow rows: positions ``[start, stop)`` of ``rows``
+        (see :mod:`aioaccum._core.arrow`), ``run`` told of them by position."""
+        if self.closed:
+            return 0
+        first_delta = self.builder.num_records
+        appended = rows.append_to(self.builder, timestamp, start, stop)
+        if appended:
+            self._futures.extend([None] * appended)
+            self._runs.append((run, start, first_delta, appended))
+        return appended
+
     @property
     def record_count(self) -> int:
         return self.builder.num_records
@@ -360,3 +382,31 @@ class ProducerBatch:
             f"<ProducerBatch {self.tp.topic}-{self.tp.partition} records={self.record_count} "
             f"bytes~{self.estimated_size_in_bytes} attempts={self.attempts} {state}>"
         )
+
+
+def abort_quietly(batch: ProducerBatch, error: BaseException) -> bool:
+    """Abort a batch on the way out. Sealing its bytes is skipped: an abort sends nothing, and
+    the failure being cleaned up may be the codec itself."""
+    batch.closed = True
+    return batch.abort(error)
+
+
+def append_moved(
+    batch: ProducerBatch,
+    timestamp: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header],
+    future: RecordFuture | None,
+    callback: Callable[[FutureRecordMetadata], object] | None,
+) -> bool:
+    """Append a record a split moved: its future follows it; a bulk run's record gets a new
+    future that reports to the run."""
+    if future is not None:
+        return batch.try_append_moved(timestamp, key, value, headers, future)
+    new = batch.try_append(timestamp, key, value, headers)
+    if new is None:
+        return False
+    if callback is not None:
+        cast(FutureRecordMetadata, new).add_done_callback(callback)
+    return True

@@ -176,6 +176,14 @@ class ManyOutcomes(ReadOnRead[RecordMetadata]):
             for index in range(first, first + segment[1]):
                 yield metadata(segment, index)
 
+    def partition_counts(self) -> dict[int, int]:
+        """How many records went to each partition, from the batches (no metadata built)."""
+        counts: dict[int, int] = {}
+        for segment in self._segments:
+            partition = segment[2].partition  # a batch's TopicPartition, or a record's metadata
+            counts[partition] = counts.get(partition, 0) + segment[1]
+        return counts
+
     def _metadata(self, segment: Segment, index: int) -> RecordMetadata:
         if len(segment) == 3:
             return segment[2]  # a record of the per-record path

@@ -3,11 +3,14 @@
 Nothing here imports pyspark at module level, and the packer that Spark ships to the executors
 for ``mode="driver"`` is built so that it needs only pyarrow there, not aioaccum.
 
-Records travel as *chunks*: the key column, the value column and one column per header, each a
-list of ``bytes | None`` of the same length. :func:`produce` takes a blocking iterator of chunks
-(a Spark local iterator, or a task's Arrow input), pulls the next chunk in a worker thread while
-the current one is being sent, and counts every record's outcome in a :class:`Tally` through a
-done-callback, so that no future outlives its record.
+Records travel as *chunks*: an Arrow batch of columns ``key``, ``value`` and, with headers,
+``headers`` (``list<struct<key, value>>``, built from one binary column per header), which
+:meth:`~aioaccum.Producer.send_arrow` encodes from its buffers, one call and one future per
+chunk. :func:`produce` takes a blocking iterator of chunks (a Spark local iterator, or a task's
+Arrow input), pulls the next chunk in a worker thread while the current one is being sent, and
+counts each chunk's outcome in a :class:`Tally` through a done-callback, so that no future
+outlives its records. A chunk with a record too large goes record by record instead, so that
+only that record fails.
 
 With ``exactly_once=True`` each Spark partition's records go out in a transaction of their own
 (:func:`produce_transaction`): the producer's transactional id is the write's prefix and the
@@ -26,7 +29,7 @@ import itertools
 import pickle
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from aioaccum._core.batch import RecordMetadata
 from aioaccum._core.futures import ThreadRecordFuture
@@ -39,7 +42,6 @@ from aioaccum.errors import (
     TransactionFatalError,
 )
 from aioaccum.producer import Producer
-from aioaccum.sync import SyncProducer
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,import-not-found,unused-ignore]
@@ -78,30 +80,52 @@ RESULT_DDL = (
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """Up to one Arrow batch of records, already bytes."""
+    """Up to one Arrow batch of records, in :meth:`~aioaccum.Producer.send_arrow`'s columns."""
 
-    keys: Column
-    values: Column
-    header_names: tuple[str, ...]
-    header_columns: tuple[Column, ...]
+    batch: pa.RecordBatch
     payload_bytes: int  # key and value bytes
     task: int = -1
 
     def __len__(self) -> int:
-        return len(self.values)
+        return int(self.batch.num_rows)
 
 
 def chunk_of(batch: pa.RecordBatch, header_names: Sequence[str], task: int = -1) -> Chunk:
-    """Columns ``key``, ``value``, ``h0``… (all binary) of ``batch`` as Python lists."""
+    """Columns ``key``, ``value``, ``h0``… (all binary) of ``batch`` as a chunk: ``h0``… become
+    one ``headers`` column, each row's headers named ``header_names`` in order."""
+    import pyarrow as pa
+
     keys, values = batch.column(0), batch.column(1)
+    columns = {"key": keys, "value": values}
+    if header_names:
+        columns["headers"] = _headers_column(
+            [batch.column(2 + i) for i in range(len(header_names))], header_names
+        )
     return Chunk(
-        keys=keys.to_pylist(),
-        values=values.to_pylist(),
-        header_names=tuple(header_names),
-        header_columns=tuple(batch.column(2 + i).to_pylist() for i in range(len(header_names))),
+        batch=pa.record_batch(columns),
         payload_bytes=_data_bytes(keys) + _data_bytes(values),
         task=task,
     )
+
+
+def _headers_column(columns: Sequence[pa.Array], names: Sequence[str]) -> pa.Array:
+    """One ``list<struct<key: string, value: binary>>`` column: row ``r`` holds
+    ``(names[j], columns[j][r])`` for each ``j``, built with Arrow kernels, not per row."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows, width = len(columns[0]), len(names)
+    # Row-major order of the column-major concatenation: header j of row r is at j * rows + r.
+    order = (np.arange(width) * rows)[None, :] + np.arange(rows)[:, None]
+    values = pa.concat_arrays([c.cast(pa.binary()) for c in columns]).take(
+        pa.array(order.reshape(-1))
+    )
+    keys = pa.DictionaryArray.from_arrays(
+        pa.array(np.tile(np.arange(width, dtype=np.int32), rows)), pa.array(list(names))
+    ).cast(pa.string())
+    entries = pa.StructArray.from_arrays([keys, values], names=["key", "value"])
+    offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, entries)
 
 
 def _data_bytes(column: pa.Array) -> int:
@@ -200,6 +224,33 @@ class Tally:
             return
         self.delivered(future.result())
 
+    def chunk_done(
+        self, count: int, payload_bytes: int
+    ) -> Callable[[asyncio.Future[Sequence[RecordMetadata]]], None]:
+        """A done-callback for the one future of a chunk's ``count`` records (send_arrow's).
+
+        When it fails, every record of the chunk counts as failed: the future names the first
+        error only, and some of the records may have been delivered.
+        """
+
+        def done(future: asyncio.Future[Sequence[RecordMetadata]]) -> None:
+            self.outstanding -= 1
+            if future.cancelled():
+                error: BaseException | None = asyncio.CancelledError("the chunk was cancelled")
+            else:
+                error = future.exception()
+            if error is not None:
+                self.fail(error, fatal=False)
+                self.failures += count - 1
+                return
+            self.records += count
+            self.bytes += payload_bytes
+            counts = self.per_partition
+            for partition, in_partition in partition_counts(future.result()).items():
+                counts[partition] = counts.get(partition, 0) + in_partition
+
+        return done
+
     def settle(self, futures: Iterable[ThreadRecordFuture]) -> None:
         """Count the outcome of each record, waiting for those still on their way (delivery
         timeout bounds each)."""
@@ -219,6 +270,18 @@ class Tally:
         counts[md.partition] = counts.get(md.partition, 0) + 1
 
 
+def partition_counts(results: Sequence[RecordMetadata]) -> dict[int, int]:
+    """How many records of ``results`` went to each partition (send_arrow's result counts
+    them from its batches)."""
+    counted = getattr(results, "partition_counts", None)
+    if counted is not None:
+        return cast("dict[int, int]", counted())
+    counts: dict[int, int] = {}
+    for md in results:
+        counts[md.partition] = counts.get(md.partition, 0) + 1
+    return counts
+
+
 def _refused(tally: Tally, exc: AioAccumError) -> bool:
     """Count a record ``send`` refused; whether to stop sending the chunk."""
     if isinstance(exc, RecordTooLargeError):
@@ -231,15 +294,36 @@ def _refused(tally: Tally, exc: AioAccumError) -> bool:
 
 
 def _rows(chunk: Chunk) -> Iterator[tuple[bytes | None, bytes | None, Headers | None]]:
-    """Each record of a chunk: key, value and headers."""
-    names = chunk.header_names
-    columns = chunk.header_columns
-    for i, (key, value) in enumerate(zip(chunk.keys, chunk.values, strict=True)):
-        headers = [(n, c[i]) for n, c in zip(names, columns, strict=True)] if names else None
-        yield key, value, headers
+    """Each record of a chunk: key, value and headers (for the record-by-record path)."""
+    batch = chunk.batch
+    keys = batch.column(0).to_pylist()
+    values = batch.column(1).to_pylist()
+    if batch.num_columns < 3:
+        for key, value in zip(keys, values, strict=True):
+            yield key, value, None
+        return
+    for key, value, headers in zip(keys, values, batch.column(2).to_pylist(), strict=True):
+        yield key, value, [(h["key"], h["value"]) for h in headers]
 
 
 async def _send_chunk(producer: Producer, topic: str, chunk: Chunk, tally: Tally) -> None:
+    if tally.stop:
+        return
+    try:
+        future = await producer.send_arrow(chunk.batch, topic)
+    except RecordTooLargeError:
+        # Only the records too large fail: the chunk goes record by record, refusing them.
+        await _send_rows(producer, topic, chunk, tally)
+        return
+    except AioAccumError as exc:
+        _refused(tally, exc)
+        return
+    tally.sent += len(chunk)
+    tally.outstanding += 1
+    future.add_done_callback(tally.chunk_done(len(chunk), chunk.payload_bytes))
+
+
+async def _send_rows(producer: Producer, topic: str, chunk: Chunk, tally: Tally) -> None:
     send = producer.send
     done = tally.on_done
     for key, value, headers in _rows(chunk):
@@ -256,23 +340,6 @@ async def _send_chunk(producer: Producer, topic: str, chunk: Chunk, tally: Tally
         future.add_done_callback(done)
 
 
-def _send_chunk_from_thread(
-    producer: SyncProducer, topic: str, chunk: Chunk, tally: Tally
-) -> list[ThreadRecordFuture]:
-    send = producer.send
-    futures: list[ThreadRecordFuture] = []
-    for key, value, headers in _rows(chunk):
-        if tally.stop:
-            break
-        try:
-            futures.append(send(topic, value, key, headers=headers))
-        except AioAccumError as exc:
-            if _refused(tally, exc):
-                break
-    tally.sent += len(futures)
-    return futures
-
-
 def produce_from_thread(
     chunks: Iterator[Chunk],
     topic: str,
@@ -280,23 +347,8 @@ def produce_from_thread(
     tally: Tally,
     on_chunk: Callable[[Chunk], None] | None = None,
 ) -> None:
-    """:func:`produce` with a :class:`~aioaccum.sync.SyncProducer`: this thread takes each
-    chunk and appends its records itself while the producer's loop thread sends, and counts
-    a chunk's outcomes once the next chunk is appended (by then most have arrived)."""
-    producer = SyncProducer(**settings)
-    previous: list[ThreadRecordFuture] = []
-    try:
-        for chunk in chunks:
-            futures = _send_chunk_from_thread(producer, topic, chunk, tally)
-            tally.settle(previous)
-            previous = futures
-            if on_chunk is not None:
-                on_chunk(chunk)
-            if tally.stop:
-                break
-    finally:
-        producer.close()  # delivers what it holds, so the last outcomes are in
-        tally.settle(previous)
+    """:func:`produce`, run to its end from a thread without an event loop (the driver's)."""
+    run_coroutine(lambda: produce(chunks, topic, settings, tally, on_chunk))
 
 
 async def produce(
