@@ -772,10 +772,9 @@ class Producer:
 
         :meth:`send_many` for records that differ in topic, partition or timestamp: each record
         is a tuple ``(topic, value, key, partition, timestamp_ms, headers)`` (fields after
-        ``value`` may be left out) or an object with those attributes, such as
-        :class:`aioaccum.interceptors.ProducerRecord`. Consecutive records with the same topic,
-        partition and timestamp go through :meth:`send_many` together, so records grouped by
-        topic cost what ``send_many`` costs; records of one partition keep their input order.
+        ``value`` may be left out) or an object with those attributes (``ProducerRecord``).
+        Consecutive records with the same topic, partition and timestamp go through
+        :meth:`send_many` together (its cost); records of one partition keep their order.
 
         Returns:
             A future of the records' :class:`RecordMetadata` in input order, set once every
@@ -786,8 +785,7 @@ class Producer:
             The errors of :meth:`send_many`. Each record's shape, topic, partition, timestamp
             and headers are checked before any is buffered; keys and values are serialized
             group by group, and a wait for memory that times out (or a cancellation) can stop
-            the call midway: the records buffered stay buffered, and notes on the exception
-            say which.
+            the call midway: what was buffered stays buffered; notes on the exception say which.
         """
         return await send_records(self, records)
 
