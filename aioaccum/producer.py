@@ -792,10 +792,9 @@ class Producer:
     async def send_arrow(
         self, rows: Any, topic: str | None = None
     ) -> asyncio.Future[Sequence[RecordMetadata]]:
-        """Buffer every row of a ``pyarrow.RecordBatch`` as a record, encoded from its buffers (no
-        Python object per row); one future of all the metadata, as :meth:`send_many`. Columns as
-        Spark's Kafka sink's (``value``, ``key``, ``headers``, ``topic``, ``partition``): see
-        docs/arrow.md."""
+        """Buffer each row of a ``pyarrow.RecordBatch``, encoded from its buffers (no object per
+        row); one future of all, as :meth:`send_many`. Columns as Spark's Kafka sink's (``value``,
+        ``key``, ``headers``, ``topic``, ``partition``): see docs/arrow.md."""
         return await send_arrow(self, rows, topic)
 
     async def send_and_wait(
