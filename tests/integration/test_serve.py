@@ -417,7 +417,14 @@ async def test_health_readiness_and_prometheus_metrics(
             "application/json",
         )
         assert status == 200
-        samples = await metric_samples(session, server.base_url)
+        # The client has the last answer's bytes a moment before the server's handler ends and
+        # counts its request out; the scrape waits for that (bounded), not for anything else.
+        async with asyncio.timeout(10):
+            while True:
+                samples = await metric_samples(session, server.base_url)
+                if samples["aioaccum_serve_requests_in_flight"] == 0:
+                    break
+                await asyncio.sleep(0.05)
         await server.stop()
     assert samples["kafka_producer_record_send_total"] == records
     assert samples["kafka_producer_topic_record_send_total"] == records
