@@ -230,14 +230,21 @@ class Journal:
     def bytes_on_disk(self) -> int:
         return sum(s.size for s in self._segments)
 
-    def has_room(self, size: int) -> bool:
-        """Whether a record entry of about ``size`` bytes (key, value and headers) fits now:
-        in the newest segment, or in a new one within ``max_bytes``."""
-        needed = size + 2 * ENTRY_HEADER.size + 512  # the topic's definition too
+    def reserve(self, needed: int) -> None:
+        """Make room now for entries of ``needed`` bytes in all (a record and its topic's
+        definition), so that the :meth:`append` that follows cannot fail for want of it: the
+        producer calls this before the batch takes the record, and the errors come while
+        nothing depends on the record yet.
+
+        Raises:
+            JournalFullError: A new segment is needed and ``max_bytes`` is reached, or the disk
+                is full.
+            RecordTooLargeError: The record cannot fit in any segment.
+            JournalError: The disk refused to make a segment for another reason.
+        """
         head = self._head
-        if head is not None and head.room() >= needed:
-            return True
-        return self.bytes_on_disk() + self.segment_bytes <= self.max_bytes
+        if head is None or head.room() < needed:
+            self._writable(needed, owed=True)
 
     def append(
         self,

@@ -4,6 +4,7 @@ acknowledgement forgets, what a restart sends again, and what an outage does not
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
 import pathlib
 from typing import Any
@@ -13,9 +14,10 @@ import pytest
 from aioaccum import Producer
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
+from aioaccum._journal import segment as segment_module
 from aioaccum._journal.journal import Journal
 from aioaccum._runtime.journaling import JournaledAccumulator, JournalSyncer
-from aioaccum.errors import JournalFullError, JournalLockedError
+from aioaccum.errors import JournalError, JournalFullError, JournalLockedError
 
 from .fake_kafka import FakeKafka, SequencedFakeKafka
 
@@ -44,8 +46,9 @@ def owed(folder: pathlib.Path) -> list[tuple[int, bytes | None]]:
 def syncer_of(producer: Producer) -> JournalSyncer:
     acc = producer._acc
     assert isinstance(acc, JournaledAccumulator)
-    assert acc.syncer is not None
-    return acc.syncer
+    syncer = acc.syncer
+    assert isinstance(syncer, JournalSyncer)
+    return syncer
 
 
 async def never_answer(fake: FakeKafka) -> asyncio.Event:
@@ -192,3 +195,30 @@ def test_delivery_timeout_is_off_with_a_journal(tmp_path: pathlib.Path) -> None:
             return float(producer._acc._delivery_timeout)
 
     assert asyncio.run(main()) == math.inf
+
+
+async def test_a_disk_error_on_a_new_segment_refuses_the_record_before_the_batch_takes_it(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    producer, fake = make(tmp_path)
+    async with producer:
+        release = await never_answer(fake)
+        value = b"x" * 100_000
+
+        def refuse(*_args: Any) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        sent = [await producer.send("t", value + b"0", partition=0)]  # makes the first segment
+        monkeypatch.setattr(segment_module.Segment, "create", refuse)
+        with pytest.raises(JournalError, match="Input/output error"):  # noqa: PT012
+            for i in range(1, 30):  # the first segment holds about 11 of them
+                sent.append(await producer.send("t", value + b"%d" % i, partition=0))
+        assert 5 <= len(sent) < 30
+        refused = value + b"%d" % len(sent)
+        monkeypatch.undo()
+        release.set()
+        await asyncio.gather(*sent)
+        await producer.flush()
+    delivered = [r.value for r in fake.log[TP0]]
+    assert delivered == [value + b"%d" % i for i in range(len(sent))]  # not the refused one
+    assert refused not in delivered
+    assert owed(tmp_path) == []

@@ -1,0 +1,202 @@
+"""The accumulator of a producer with ``journal_dir``: what it takes is journaled first.
+
+Each record :meth:`JournaledAccumulator.append` takes is journaled (a RECORD entry) before the
+append returns, so ``send()``, ``send_many()`` and ``send_from_thread()`` return only for
+journaled records; each batch knows the journal sequence range of its records. When the sender
+drains a batch stamped with its producer id, epoch and base sequence (again after an epoch
+bump), a SEAL entry records them; when the batch ends for good (acknowledged, or failed with an
+error no retry can change), a DONE entry forgets its records. A batch aborted by ``close()`` or a
+fatal producer error gets no DONE: its records stay owed, and the next producer on the folder
+sends them.
+
+Room before the record: the journal makes room for the entry (a new segment if the newest one
+is full) before the batch takes the record, so every error the disk or ``journal_max_bytes`` can
+raise comes while nothing has been taken, and a ``send()`` that raises never delivers. Once the
+batch holds the record, the journal's write is a copy into memory already reserved.
+
+Compiled (see the ``.pxd``): one record per ``send()`` crosses this class, and Python's
+overhead here was most of the journal's price.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
+from aioaccum._core.batch import FinalState, ProducerBatch
+from aioaccum._core.cluster import ClusterView
+from aioaccum._core.futures import ProduceRequestResult, RecordFuture
+from aioaccum._journal.entries import ENTRY_HEADER
+from aioaccum._journal.journal import Journal
+from aioaccum.errors import JournalError
+
+__all__ = ["JournaledAccumulator", "entry_bound"]
+
+Header = tuple[str, bytes | None]
+
+# A RECORD entry's bytes beyond key, value and headers (entry header, seq, topic id, partition,
+# timestamp, two lengths, the header count), and a TOPIC entry's beyond the name.
+_RECORD_FIXED = ENTRY_HEADER.size + 8 + 4 + 4 + 8 + 4 + 4 + 2
+_TOPIC_FIXED = ENTRY_HEADER.size + 4
+
+
+def entry_bound(topic: str, record_size: int, headers: int) -> int:
+    """An upper bound of the journal bytes a record takes, with its topic's definition:
+    ``record_size`` (the batch bound ``send()`` computes) covers key, value and the headers'
+    bytes; each header adds two 4-byte lengths; a name is at most 4 bytes per character."""
+    return record_size + _RECORD_FIXED + 8 * headers + _TOPIC_FIXED + 4 * len(topic) + 64
+
+
+class _Range:
+    """The journal sequence numbers of one batch's records, and how it was last sealed."""
+
+    __slots__ = ("batch", "count", "first", "last", "parts", "sealed")
+
+    def __init__(self, batch: ProducerBatch, seq: int) -> None:
+        self.batch = batch
+        self.first = self.last = seq
+        self.count = 1
+        self.sealed: tuple[int, int, int] | None = None
+        self.parts = 1  # batches the records are in: more after a split
+
+
+class JournaledAccumulator(RecordAccumulator):
+    """A :class:`RecordAccumulator` that journals each record it takes (see the module).
+
+    Args:
+        journal: The open journal folder.
+        sync: Told of each write, for ``journal_sync``; None for ``none``.
+        **kwargs: The accumulator's arguments.
+    """
+
+    def __init__(self, *args: Any, journal: Journal, sync: Any = None, **kwargs: Any) -> None:
+        RecordAccumulator.__init__(self, *args, **kwargs)
+        self.journal = journal
+        self.syncer = sync
+        # Threads append too (send_from_thread): the journal and the batches must take records
+        # in the same order, so one lock spans both; the sender's seals and outcomes take it too.
+        self.journal_lock = threading.Lock()
+        self._ranges: dict[ProduceRequestResult, _Range] = {}
+        self._adopting = -1  # the journal seq of a recovered record being re-appended
+
+    # --- records in
+
+    def append(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        record_size: int,
+        partitions: Sequence[int],
+        cluster: ClusterView,
+        now: float,
+        granted: tuple[BufferRequest, bytearray] | None = None,
+        for_thread: bool = False,
+    ) -> RecordFuture | BufferRequest:
+        lock = self.journal_lock
+        lock.acquire()
+        try:
+            seq = self._adopting
+            journal: Journal = self.journal
+            if seq < 0:
+                try:
+                    if len(headers) > 0xFFFF:
+                        raise JournalError(
+                            f"a journaled record may carry at most 65535 headers, not "
+                            f"{len(headers)}; send fewer")
+                    journal.reserve(entry_bound(topic, record_size, len(headers)))
+                except BaseException:
+                    if granted is not None:
+                        self._pool.deallocate(granted[1], granted[0].size)
+                    raise
+            appended = RecordAccumulator.append(
+                self, topic, partition, timestamp, key, value, headers, record_size,
+                partitions, cluster, now, granted, for_thread,
+            )
+            if type(appended) is BufferRequest:
+                return appended
+            future = cast(RecordFuture, appended)
+            result = future._result  # just appended: not done
+            if seq < 0:
+                # The partition is known only now; the room was made above, so this write
+                # cannot fail for want of it.
+                seq = journal.append(topic, result.partition, timestamp, key, value, headers)
+            found = self._ranges.get(result)
+            if found is None:
+                batch = self._batches[result.tp][-1]
+                self._ranges[result] = _Range(batch, seq)
+                result.add_listener(self._ended)
+            else:
+                found.last = seq
+                found.count += 1
+            return appended
+        finally:
+            lock.release()
+
+    def append_run(self, *args: Any, **kwargs: Any) -> int:
+        """Bulk runs are not journaled record by record here: ``send_many`` then appends each
+        record through :meth:`append`, which journals it."""
+        return 0
+
+    # --- seals and outcomes
+
+    def drain(self, cluster: ClusterView, nodes: Iterable[int], max_size: int,
+              now: float) -> dict[int, list[ProducerBatch]]:
+        # Under the journal's lock: a thread's append registers its batch's range between
+        # taking the record and releasing the lock, so no batch leaves unregistered.
+        with self.journal_lock:
+            drained: dict[int, list[ProducerBatch]] = RecordAccumulator.drain(
+                self, cluster, nodes, max_size, now)
+            txn = self._txn
+            if not drained or txn is None:
+                return drained
+            producer = txn.producer
+            ranges = self._ranges
+            for batches in drained.values():
+                for batch in batches:
+                    found = ranges.get(batch.result)
+                    if found is None or batch.base_sequence < 0:
+                        continue
+                    state = (producer.producer_id, producer.epoch, batch.base_sequence)
+                    if found.sealed != state:
+                        # First sent, or re-stamped after an epoch bump: the last seal counts.
+                        found.sealed = state
+                        self.journal.seal(batch.tp.topic, batch.tp.partition, found.first,
+                                          found.last, found.count, *state)
+        return drained
+
+    def expired_batches(self, now: float) -> list[ProducerBatch]:
+        """None: with a journal, records wait for the cluster rather than fail."""
+        return []
+
+    def _ended(self, result: ProduceRequestResult) -> None:
+        with self.journal_lock:
+            found = self._ranges.pop(result, None)
+            if found is None:
+                return
+            if not result.done:
+                # Split after MESSAGE_TOO_LARGE: the records went to new batches; the range
+                # ends when the last of them does.
+                parts = found.batch.split_into or []
+                found.parts += len(parts) - 1
+                for part in parts:
+                    self._ranges[part.result] = found
+                    part.result.add_listener(self._ended)
+                return
+            found.parts -= 1
+            if found.parts > 0:
+                return
+            state = found.batch.final_state
+            if state is FinalState.ABORTED:
+                return  # closed before an answer: owed, and sent by the next producer
+            tp = found.batch.tp
+            self.journal.done(tp.topic, tp.partition, found.first, found.last, found.count)
+
+    def close_journal(self) -> None:
+        with self.journal_lock:
+            self.journal.close()
