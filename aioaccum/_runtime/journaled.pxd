@@ -20,6 +20,7 @@ cdef class JournaledAccumulator(RecordAccumulator):
     cdef public object journal_lock
     cdef public dict _ranges
     cdef public long long _adopting
+    cdef public list room_waiters
     # Instance attributes beyond these fields: tests wrap methods of a running accumulator.
     cdef dict __dict__
 

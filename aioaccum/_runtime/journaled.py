@@ -20,6 +20,7 @@ overhead here was most of the journal's price.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -27,12 +28,17 @@ from typing import Any, cast
 from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.batch import FinalState, ProducerBatch
 from aioaccum._core.cluster import ClusterView
-from aioaccum._core.futures import ProduceRequestResult, RecordFuture
+from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult, RecordFuture
 from aioaccum._journal.entries import ENTRY_HEADER
 from aioaccum._journal.journal import Journal
-from aioaccum.errors import JournalError
+from aioaccum.errors import JournalError, JournalFullError
 
-__all__ = ["JournaledAccumulator", "entry_bound"]
+__all__ = ["JOURNAL_ROOM", "JournaledAccumulator", "entry_bound", "journal_full", "journal_room"]
+
+# What append() answers a coroutine whose record the full journal cannot take now: a request
+# for journal room rather than memory (size 0), which the producer's wait for memory turns
+# into a wait for outcomes (see journaling.journal_room).
+JOURNAL_ROOM = BufferRequest(-1, 0, False)
 
 Header = tuple[str, bytes | None]
 
@@ -47,6 +53,16 @@ def entry_bound(topic: str, record_size: int, headers: int) -> int:
     ``record_size`` (the batch bound ``send()`` computes) covers key, value and the headers'
     bytes; each header adds two 4-byte lengths; a name is at most 4 bytes per character."""
     return record_size + _RECORD_FIXED + 8 * headers + _TOPIC_FIXED + 4 * len(topic) + 64
+
+
+def journal_full(journal: Journal, waited_ms: float) -> JournalFullError:
+    """The error of a ``send()`` that found no journal room within ``max_block_ms``."""
+    return JournalFullError(
+        f"the journal in {journal.folder} holds {journal.bytes_on_disk()} bytes of records "
+        f"without outcome, at journal_max_bytes={journal.max_bytes}, and no outcome freed a "
+        f"segment within max_block_ms={waited_ms:.0f}; is the cluster reachable? Raise "
+        f"journal_max_bytes to buffer more"
+    )
 
 
 class _Range:
@@ -80,6 +96,8 @@ class JournaledAccumulator(RecordAccumulator):
         self.journal_lock = threading.Lock()
         self._ranges: dict[ProduceRequestResult, _Range] = {}
         self._adopting = -1  # the journal seq of a recovered record being re-appended
+        # send()s waiting for journal room (on the loop): woken when an outcome frees some.
+        self.room_waiters: list[Any] = []
 
     # --- records in
 
@@ -110,6 +128,12 @@ class JournaledAccumulator(RecordAccumulator):
                             f"a journaled record may carry at most 65535 headers, not "
                             f"{len(headers)}; send fewer")
                     journal.reserve(entry_bound(topic, record_size, len(headers)))
+                except JournalFullError:
+                    if granted is not None:
+                        self._pool.deallocate(granted[1], granted[0].size)
+                    elif not for_thread:
+                        return JOURNAL_ROOM  # a coroutine: it waits up to max_block_ms
+                    raise
                 except BaseException:
                     if granted is not None:
                         self._pool.deallocate(granted[1], granted[0].size)
@@ -196,7 +220,64 @@ class JournaledAccumulator(RecordAccumulator):
                 return  # closed before an answer: owed, and sent by the next producer
             tp = found.batch.tp
             self.journal.done(tp.topic, tp.partition, found.first, found.last, found.count)
+            waiters = self.room_waiters
+            if waiters:  # on the loop's thread, as every listener of a batch's result
+                self.room_waiters = []
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
 
     def close_journal(self) -> None:
         with self.journal_lock:
             self.journal.close()
+
+
+async def journal_room(
+    producer: Any,
+    acc: RecordAccumulator,
+    max_block_ms: float,
+    topic: str,
+    partition: int | None,
+    timestamp: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header],
+    size: int,
+    partitions: Sequence[int],
+    kafka: Any,
+) -> FutureRecordMetadata:
+    """A coroutine's append that the full journal answered with ``JOURNAL_ROOM``: wait for
+    outcomes to free room, up to ``max_block_ms`` in all, then append (and wait for memory if
+    the pool has none). Nothing is appended until it returns, so a cancelled wait took nothing.
+
+    Raises:
+        JournalFullError: No room came within ``max_block_ms`` (the message has the numbers).
+    """
+    assert isinstance(acc, JournaledAccumulator)  # only it answers JOURNAL_ROOM
+    journal: Journal = acc.journal
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_block_ms / 1000
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise journal_full(journal, max_block_ms)
+        waiter = loop.create_future()
+        acc.room_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, remaining)
+        except TimeoutError:
+            raise journal_full(journal, max_block_ms) from None
+        finally:
+            if waiter in acc.room_waiters:
+                acc.room_waiters.remove(waiter)
+        if producer._parts is None:
+            producer._running_parts()  # closed meanwhile: raises why
+        appended = acc.append(topic, partition, timestamp, key, value, headers, size,
+                              partitions, kafka, loop.time())
+        if type(appended) is not BufferRequest:
+            return cast(FutureRecordMetadata, appended)  # what try_append makes for the loop
+        if appended.size:  # room in the journal, none in the pool: wait for memory too
+            left_ms = max(0.0, (deadline - loop.time()) * 1000)
+            return cast(FutureRecordMetadata, await producer._append_after_wait(
+                acc, appended, left_ms, topic, partition, timestamp, key, value, headers, size,
+                partitions, kafka))

@@ -174,12 +174,14 @@ async def test_send_many_journals_every_record(tmp_path: pathlib.Path) -> None:
 async def test_a_full_journal_refuses_with_the_numbers(tmp_path: pathlib.Path) -> None:
     fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
     producer, _ = make(tmp_path, fake, journal_max_bytes=2 * SEGMENT,
-                       buffer_memory=8 << 20)
+                       buffer_memory=8 << 20, max_block_ms=50)
     async with producer:
         await never_answer(fake)
         value = b"x" * 100_000
         sent = 0
-        with pytest.raises(JournalFullError, match="journal_max_bytes=2400000"):  # noqa: PT012
+        # After max_block_ms without an outcome freeing a segment.
+        with pytest.raises(JournalFullError,  # noqa: PT012
+                           match=r"journal_max_bytes=2400000.*max_block_ms=50"):
             for _ in range(100):
                 await producer.send("t", value, partition=0)
                 sent += 1
@@ -221,4 +223,31 @@ async def test_a_disk_error_on_a_new_segment_refuses_the_record_before_the_batch
     delivered = [r.value for r in fake.log[TP0]]
     assert delivered == [value + b"%d" % i for i in range(len(sent))]  # not the refused one
     assert refused not in delivered
+    assert owed(tmp_path) == []
+
+
+async def test_a_full_journal_makes_send_wait_for_outcomes_that_free_a_segment(
+        tmp_path: pathlib.Path) -> None:
+    fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake, journal_max_bytes=2 * SEGMENT,
+                       buffer_memory=8 << 20, max_block_ms=60_000)
+    async with producer:
+        release = await never_answer(fake)
+        value = b"x" * 100_000
+        futures = []
+        while True:  # fill the journal: the send that finds it full waits
+            waiting = asyncio.ensure_future(producer.send("t", value, partition=0))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            if not waiting.done():
+                break
+            futures.append(waiting.result())
+        assert 10 <= len(futures) < 24
+        acc = producer._acc
+        assert isinstance(acc, JournaledAccumulator)
+        assert len(acc.room_waiters) == 1  # waiting for room, not failed
+        release.set()  # the cluster answers: outcomes free the first segment
+        futures.append(await asyncio.wait_for(waiting, 10))
+        await asyncio.gather(*futures)
+    assert len(fake.log[TP0]) == len(futures)
     assert owed(tmp_path) == []
