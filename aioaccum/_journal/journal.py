@@ -230,6 +230,11 @@ class Journal:
     def bytes_on_disk(self) -> int:
         return sum(s.size for s in self._segments)
 
+    def head_room(self) -> int:
+        """Bytes entries may still take in the newest segment (-1: none open)."""
+        head = self._head
+        return -1 if head is None else head.room()
+
     def reserve(self, needed: int) -> None:
         """Make room now for entries of ``needed`` bytes in all (a record and its topic's
         definition), so that the :meth:`append` that follows cannot fail for want of it: the
@@ -254,8 +259,10 @@ class Journal:
         key: bytes | None,
         value: bytes | None,
         headers: Sequence[Header] = (),
+        tp: TopicPartition | None = None,
     ) -> int:
-        """Journal one accepted record; returns its sequence number.
+        """Journal one accepted record; returns its sequence number. ``tp`` may give
+        ``(topic, partition)`` as a tuple the caller keeps (a ``TopicPartition``), to spare one.
 
         Raises:
             JournalFullError: A new segment is needed and ``max_bytes`` is reached (wait for
@@ -272,12 +279,13 @@ class Journal:
                 seq, topic_id, partition, timestamp, key, value, headers
             ):
                 self._next_seq = seq + 1
-                segment.records += 1
-                tp = (topic, partition)
+                if tp is None:
+                    tp = (topic, partition)
                 owed = segment.owed.get(tp)
                 if owed is None:
-                    self._owe(tp, segment, 1)
+                    self._owe(tp, segment, 1)  # counts it in segment.records too
                 else:
+                    segment.records += 1
                     segment.owed[tp] = owed + 1
                 return seq
         topic_id = self._topic_id(topic)

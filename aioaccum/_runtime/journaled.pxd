@@ -20,12 +20,13 @@ cdef class JournaledAccumulator(RecordAccumulator):
     cdef public object journal_lock
     cdef public dict _ranges
     cdef public long long _adopting
+    cdef public Py_ssize_t _room
     cdef public list room_waiters
     # Instance attributes beyond these fields: tests wrap methods of a running accumulator.
     cdef dict __dict__
 
     @cython.locals(future=RecordFuture, result=ProduceRequestResult, found=_Range,
-                   seq=cython.longlong)
+                   seq=cython.longlong, needed=Py_ssize_t, threaded=cython.bint)
     cpdef object append(
         self, str topic, partition, timestamp, key, value, headers, Py_ssize_t record_size,
         partitions, cluster, double now, granted=*, bint for_thread=*

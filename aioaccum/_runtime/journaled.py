@@ -96,6 +96,7 @@ class JournaledAccumulator(RecordAccumulator):
         self.journal_lock = threading.Lock()
         self._ranges: dict[ProduceRequestResult, _Range] = {}
         self._adopting = -1  # the journal seq of a recovered record being re-appended
+        self._room = -1  # bytes records may still take in the newest segment (see append)
         # send()s waiting for journal room (on the loop): woken when an outcome frees some.
         self.room_waiters: list[Any] = []
 
@@ -116,18 +117,24 @@ class JournaledAccumulator(RecordAccumulator):
         granted: tuple[BufferRequest, bytearray] | None = None,
         for_thread: bool = False,
     ) -> RecordFuture | BufferRequest:
+        # Threads append too once enable_threads() ran (on the loop's thread, between two of
+        # its appends): only then can another append, a drain or an outcome interleave.
+        threaded = self.threaded
         lock = self.journal_lock
-        lock.acquire()
+        if threaded:
+            lock.acquire()
         try:
             seq = self._adopting
             journal: Journal = self.journal
-            if seq < 0:
+            needed = entry_bound(topic, record_size, len(headers)) if seq < 0 else 0
+            if needed > self._room:
                 try:
                     if len(headers) > 0xFFFF:
                         raise JournalError(
                             f"a journaled record may carry at most 65535 headers, not "
                             f"{len(headers)}; send fewer")
-                    journal.reserve(entry_bound(topic, record_size, len(headers)))
+                    journal.reserve(needed)
+                    self._room = journal.head_room()
                 except JournalFullError:
                     if granted is not None:
                         self._pool.deallocate(granted[1], granted[0].size)
@@ -138,6 +145,9 @@ class JournaledAccumulator(RecordAccumulator):
                     if granted is not None:
                         self._pool.deallocate(granted[1], granted[0].size)
                     raise
+            # What is left of the newest segment, counted without asking it: each record takes
+            # at most its bound; seals and outcomes, which write too, reset the count.
+            self._room -= needed
             appended = RecordAccumulator.append(
                 self, topic, partition, timestamp, key, value, headers, record_size,
                 partitions, cluster, now, granted, for_thread,
@@ -149,7 +159,8 @@ class JournaledAccumulator(RecordAccumulator):
             if seq < 0:
                 # The partition is known only now; the room was made above, so this write
                 # cannot fail for want of it.
-                seq = journal.append(topic, result.partition, timestamp, key, value, headers)
+                seq = journal.append(topic, result.partition, timestamp, key, value, headers,
+                                     result.tp)
             found = self._ranges.get(result)
             if found is None:
                 batch = self._batches[result.tp][-1]
@@ -160,7 +171,8 @@ class JournaledAccumulator(RecordAccumulator):
                 found.count += 1
             return appended
         finally:
-            lock.release()
+            if threaded:
+                lock.release()
 
     def append_run(self, *args: Any, **kwargs: Any) -> int:
         """Bulk runs are not journaled record by record here: ``send_many`` then appends each
@@ -192,6 +204,7 @@ class JournaledAccumulator(RecordAccumulator):
                         found.sealed = state
                         self.journal.seal(batch.tp.topic, batch.tp.partition, found.first,
                                           found.last, found.count, *state)
+                        self._room = -1
         return drained
 
     def expired_batches(self, now: float) -> list[ProducerBatch]:
@@ -220,6 +233,7 @@ class JournaledAccumulator(RecordAccumulator):
                 return  # closed before an answer: owed, and sent by the next producer
             tp = found.batch.tp
             self.journal.done(tp.topic, tp.partition, found.first, found.last, found.count)
+            self._room = -1
             waiters = self.room_waiters
             if waiters:  # on the loop's thread, as every listener of a batch's result
                 self.room_waiters = []
