@@ -22,6 +22,8 @@ cdef class JournaledAccumulator(RecordAccumulator):
     cdef public long long _adopting
     cdef public Py_ssize_t _room
     cdef public list room_waiters
+    cdef public object room_freed
+    cdef public double thread_block
     # Instance attributes beyond these fields: tests wrap methods of a running accumulator.
     cdef dict __dict__
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
@@ -99,6 +100,9 @@ class JournaledAccumulator(RecordAccumulator):
         self._room = -1  # bytes records may still take in the newest segment (see append)
         # send()s waiting for journal room (on the loop): woken when an outcome frees some.
         self.room_waiters: list[Any] = []
+        # Threads waiting for journal room (send_from_thread), up to max_block_ms.
+        self.room_freed = threading.Condition(self.journal_lock)
+        self.thread_block = 60.0  # set from max_block_ms by start_journal
 
     # --- records in
 
@@ -133,7 +137,7 @@ class JournaledAccumulator(RecordAccumulator):
                         raise JournalError(
                             f"a journaled record may carry at most 65535 headers, not "
                             f"{len(headers)}; send fewer")
-                    journal.reserve(needed)
+                    self._reserve(needed, threaded and for_thread and granted is None)
                     self._room = journal.head_room()
                 except JournalFullError:
                     if granted is not None:
@@ -173,6 +177,24 @@ class JournaledAccumulator(RecordAccumulator):
         finally:
             if threaded:
                 lock.release()
+
+    def _reserve(self, needed: int, wait: bool) -> None:
+        """:meth:`Journal.reserve`; with ``wait`` (a thread's append, which holds the journal's
+        lock), first wait up to ``thread_block`` seconds for outcomes to free room."""
+        journal: Journal = self.journal
+        if not wait:
+            journal.reserve(needed)
+            return
+        deadline = time.monotonic() + self.thread_block
+        while True:
+            try:
+                journal.reserve(needed)
+                return
+            except JournalFullError:
+                left = deadline - time.monotonic()
+                # Releases the lock while it waits; an outcome (on the loop) notifies.
+                if left <= 0 or not self.room_freed.wait(left):
+                    raise journal_full(journal, self.thread_block * 1000) from None
 
     def append_run(self, *args: Any, **kwargs: Any) -> int:
         """Bulk runs are not journaled record by record here: ``send_many`` then appends each
@@ -234,6 +256,7 @@ class JournaledAccumulator(RecordAccumulator):
             tp = found.batch.tp
             self.journal.done(tp.topic, tp.partition, found.first, found.last, found.count)
             self._room = -1
+            self.room_freed.notify_all()
             waiters = self.room_waiters
             if waiters:  # on the loop's thread, as every listener of a batch's result
                 self.room_waiters = []

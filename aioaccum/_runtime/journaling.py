@@ -196,6 +196,7 @@ async def start_journal(acc: JournaledAccumulator, kafka: Any, pool: Any,
     """Start syncing and re-send what is owed. Returns what ``send()`` awaits after each
     record (``always``: the group commit; else None) and how many records were recovered."""
     loop = asyncio.get_running_loop()
+    acc.thread_block = cfg.max_block_ms / 1000  # send_from_thread's wait for journal room
     if cfg.journal_sync != "none":
         acc.syncer = JournalSyncer(acc, cfg.journal_sync, cfg.journal_sync_ms / 1000, loop)
         acc.syncer.start()

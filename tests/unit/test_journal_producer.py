@@ -251,3 +251,51 @@ async def test_a_full_journal_makes_send_wait_for_outcomes_that_free_a_segment(
         await asyncio.gather(*futures)
     assert len(fake.log[TP0]) == len(futures)
     assert owed(tmp_path) == []
+
+
+async def test_send_from_thread_waits_for_journal_room_up_to_max_block_ms(
+        tmp_path: pathlib.Path) -> None:
+    fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake, journal_max_bytes=2 * SEGMENT,
+                       buffer_memory=8 << 20, max_block_ms=60_000)
+    async with producer:
+        release = await never_answer(fake)
+        value = b"x" * 100_000
+        futures: list[Any] = []
+        while True:  # fill the journal from the loop
+            waiting = asyncio.ensure_future(producer.send("t", value, partition=0))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            if not waiting.done():
+                break
+            futures.append(waiting.result())
+        acc = producer._acc
+        assert isinstance(acc, JournaledAccumulator)
+        from_thread = asyncio.ensure_future(
+            asyncio.to_thread(producer.send_from_thread, "t", value, None, 0))
+        for _ in range(5000):  # until the thread waits on the condition
+            if acc.room_freed._waiters:  # type: ignore[attr-defined]
+                break
+            await asyncio.sleep(0.001)
+        assert acc.room_freed._waiters  # type: ignore[attr-defined]
+        release.set()
+        futures.append(await asyncio.wait_for(waiting, 10))
+        thread_future = await asyncio.wait_for(from_thread, 10)
+        await asyncio.gather(*futures)
+        await asyncio.to_thread(thread_future.result, 10)
+    assert len(fake.log[TP0]) == len(futures) + 1
+    assert owed(tmp_path) == []
+
+
+async def test_send_from_thread_on_a_full_journal_raises_after_max_block_ms(
+        tmp_path: pathlib.Path) -> None:
+    fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake, journal_max_bytes=2 * SEGMENT,
+                       buffer_memory=8 << 20, max_block_ms=50)
+    async with producer:
+        await never_answer(fake)
+        value = b"x" * 100_000
+        with pytest.raises(JournalFullError, match="max_block_ms=50"):  # noqa: PT012
+            for _ in range(100):
+                await asyncio.to_thread(producer.send_from_thread, "t", value, None, 0)
+        await producer.close(timeout=0)
