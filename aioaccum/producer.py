@@ -41,6 +41,7 @@ from aioaccum._runtime.from_thread import (
     wait_for_topic_from_thread,
 )
 from aioaccum._runtime.hooks import SendHooks
+from aioaccum._runtime.journaled import journal_room
 from aioaccum._runtime.journaling import JournaledAccumulator, close_journal, start_journal
 from aioaccum._runtime.loops import LOOP_BUSY, LOOP_STOPPED, close_kafka, read_on
 from aioaccum._runtime.pool import BufferPool
@@ -557,10 +558,7 @@ class Producer:
         return appended  # type: ignore[return-value]  # a BufferRequest never comes back twice
 
     def _checked(
-        self,
-        key: Any,
-        value: Any,
-        headers: Sequence[tuple[str, bytes | None]] | None,
+        self, key: Any, value: Any, headers: Sequence[tuple[str, bytes | None]] | None,
         timestamp_ms: int | None,
     ) -> tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int, int]:
         """One record serialized and checked: key, value, headers, timestamp, and an upper
@@ -692,6 +690,9 @@ class Producer:
         loop = self._loop
         assert pool is not None
         assert loop is not None
+        if request.size == 0:  # journal room, not memory: see JournaledAccumulator.append
+            return await journal_room(self, acc, max_block_ms, topic, partition, timestamp_ms,
+                                      key, value, headers, size, partitions, kafka)
         buffer = await pool.allocate(request.size, max_block_ms)
         if self._parts is None:
             # Closed, or a transaction ended while this send waited: the buffer goes back.
@@ -704,9 +705,7 @@ class Producer:
         assert not isinstance(appended, BufferRequest)
         return cast(FutureRecordMetadata, appended)  # what try_append makes for the loop
 
-    async def _wait_for_topic(
-        self, kafka: KafkaAdapter, topic: str
-    ) -> tuple[Sequence[int], float]:
+    async def _wait_for_topic(self, kafka: KafkaAdapter, topic: str) -> tuple[Sequence[int], float]:
         """The topic's partitions once metadata has them, and what is left of max_block_ms."""
         validate_topic(topic)
         start = time.monotonic()

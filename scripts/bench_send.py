@@ -6,6 +6,7 @@ completion and the record futures, on one event loop (uvloop unless ``--asyncio`
 
     .venv/bin/python scripts/bench_send.py [--records N] [--value-size B] [--mode MODE ...]
     .venv/bin/python scripts/bench_send.py --profile --mode wait_all   # cProfile, top 20
+    .venv/bin/python scripts/bench_send.py --journal none             # with a journal_dir
 
 Modes: ``await_each`` (``await fut`` for every kept future, in order, dropping each metadata
 once read), ``gather``
@@ -24,6 +25,7 @@ import pstats
 import resource
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -72,11 +74,24 @@ class InstantKafka(FakeKafka):
         return out
 
 
-async def run(mode: str, records: int, value_size: int, partitions: int) -> tuple[float, float]:
+def settings(journal: str | None, idempotent: bool) -> dict[str, Any]:
+    """acks=1 without idempotence, unless ``idempotent`` or a journal (which needs it): then
+    also ``journal_dir`` (a fresh temporary folder) and ``journal_sync``."""
+    if journal is None and not idempotent:
+        return {"acks": 1, "enable_idempotence": False}
+    out: dict[str, Any] = {"acks": -1, "enable_idempotence": True}
+    if journal is not None:
+        out["journal_dir"] = tempfile.mkdtemp(prefix="aioaccum-bench-send-")
+        out["journal_sync"] = journal
+    return out
+
+
+async def run(mode: str, records: int, value_size: int, partitions: int,
+              journal: str | None = None, idempotent: bool = False) -> tuple[float, float]:
     """Seconds of process CPU and of wall time for ``records`` sent and waited for."""
     value = b"x" * value_size
     kafka = InstantKafka(partitions)
-    async with Producer(kafka=kafka, acks=1, enable_idempotence=False, linger_ms=5) as producer:
+    async with Producer(kafka=kafka, linger_ms=5, **settings(journal, idempotent)) as producer:
         cpu, wall = time.process_time(), time.perf_counter()
         if mode == "send_many":
             chunk = 10_000
@@ -153,6 +168,11 @@ def main() -> None:
     parser.add_argument("--mode", nargs="*", choices=MODES, default=list(MODES))
     parser.add_argument("--asyncio", action="store_true", help="the stdlib loop, not uvloop")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--journal", choices=("none", "interval", "always"),
+                        help="with a journal_dir in a fresh temporary folder, this journal_sync"
+                        " (and idempotence)")
+    parser.add_argument("--idempotent", action="store_true",
+                        help="acks='all' and idempotence (the baseline of --journal)")
     args = parser.parse_args()
     loop_factory = asyncio.new_event_loop if args.asyncio else uvloop.new_event_loop
     if len(args.mode) > 1:
@@ -171,7 +191,8 @@ def main() -> None:
             report(mode, args.records, cpu, wall)
             continue
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            coro = run(mode, args.records, args.value_size, args.partitions)
+            coro = run(mode, args.records, args.value_size, args.partitions, args.journal,
+                       args.idempotent)
             if args.profile:
                 profiler = cProfile.Profile()
                 profiler.enable()

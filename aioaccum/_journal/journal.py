@@ -230,14 +230,26 @@ class Journal:
     def bytes_on_disk(self) -> int:
         return sum(s.size for s in self._segments)
 
-    def has_room(self, size: int) -> bool:
-        """Whether a record entry of about ``size`` bytes (key, value and headers) fits now:
-        in the newest segment, or in a new one within ``max_bytes``."""
-        needed = size + 2 * ENTRY_HEADER.size + 512  # the topic's definition too
+    def head_room(self) -> int:
+        """Bytes entries may still take in the newest segment (-1: none open)."""
         head = self._head
-        if head is not None and head.room() >= needed:
-            return True
-        return self.bytes_on_disk() + self.segment_bytes <= self.max_bytes
+        return -1 if head is None else head.room()
+
+    def reserve(self, needed: int) -> None:
+        """Make room now for entries of ``needed`` bytes in all (a record and its topic's
+        definition), so that the :meth:`append` that follows cannot fail for want of it: the
+        producer calls this before the batch takes the record, and the errors come while
+        nothing depends on the record yet.
+
+        Raises:
+            JournalFullError: A new segment is needed and ``max_bytes`` is reached, or the disk
+                is full.
+            RecordTooLargeError: The record cannot fit in any segment.
+            JournalError: The disk refused to make a segment for another reason.
+        """
+        head = self._head
+        if head is None or head.room() < needed:
+            self._writable(needed, owed=True)
 
     def append(
         self,
@@ -247,8 +259,10 @@ class Journal:
         key: bytes | None,
         value: bytes | None,
         headers: Sequence[Header] = (),
+        tp: TopicPartition | None = None,
     ) -> int:
-        """Journal one accepted record; returns its sequence number.
+        """Journal one accepted record; returns its sequence number. ``tp`` may give
+        ``(topic, partition)`` as a tuple the caller keeps (a ``TopicPartition``), to spare one.
 
         Raises:
             JournalFullError: A new segment is needed and ``max_bytes`` is reached (wait for
@@ -265,12 +279,13 @@ class Journal:
                 seq, topic_id, partition, timestamp, key, value, headers
             ):
                 self._next_seq = seq + 1
-                segment.records += 1
-                tp = (topic, partition)
+                if tp is None:
+                    tp = (topic, partition)
                 owed = segment.owed.get(tp)
                 if owed is None:
-                    self._owe(tp, segment, 1)
+                    self._owe(tp, segment, 1)  # counts it in segment.records too
                 else:
+                    segment.records += 1
                     segment.owed[tp] = owed + 1
                 return seq
         topic_id = self._topic_id(topic)

@@ -1,13 +1,7 @@
 """The producer's write-ahead journal at work: what the accumulator takes is journaled first.
 
-:class:`JournaledAccumulator` is the accumulator a producer with ``journal_dir`` uses. Each
-record it appends is journaled (a RECORD entry) before the append returns, so ``send()``,
-``send_many()`` and ``send_from_thread()`` return only for journaled records; each batch knows
-the journal sequence range of its records. When the sender drains a batch stamped with its
-producer id, epoch and base sequence (again after an epoch bump), a SEAL entry records them; when
-the batch ends for good (acknowledged, or failed with an error no retry can change), a DONE
-entry forgets its records. A batch aborted by ``close()`` or a fatal producer error gets no
-DONE: its records stay owed, and the next producer on the folder sends them.
+:class:`JournaledAccumulator` (compiled, in :mod:`aioaccum._runtime.journaled`) is the
+accumulator a producer with ``journal_dir`` uses: it journals each record it takes.
 
 :class:`JournalSyncer` carries out ``journal_sync``: ``interval`` syncs on a thread at most
 every ``journal_sync_ms``; ``always`` makes each ``send()`` wait for a sync covering its record,
@@ -27,17 +21,14 @@ import contextlib
 import logging
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
-from aioaccum._core.batch import FinalState, ProducerBatch
-from aioaccum._core.cluster import ClusterView
-from aioaccum._core.futures import ProduceRequestResult, RecordFuture
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
 from aioaccum._journal.journal import Journal, sync_files
+from aioaccum._runtime.journaled import JournaledAccumulator
 from aioaccum.config.producer_config import ProducerConfig
-from aioaccum.errors import JournalFullError
 
 __all__ = [
     "JournalSyncer",
@@ -51,156 +42,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Header = tuple[str, bytes | None]
-
-
-class _Range:
-    """The journal sequence numbers of one batch's records, and how it was last sealed."""
-
-    __slots__ = ("batch", "count", "first", "last", "parts", "sealed")
-
-    def __init__(self, batch: ProducerBatch, seq: int) -> None:
-        self.batch = batch
-        self.first = self.last = seq
-        self.count = 1
-        self.sealed: tuple[int, int, int] | None = None
-        self.parts = 1  # batches the records are in: more after a split
-
-
-class JournaledAccumulator(RecordAccumulator):
-    """A :class:`RecordAccumulator` that journals each record it takes (see the module).
-
-    Args:
-        journal: The open journal folder.
-        sync: Told of each write, for ``journal_sync``; None for ``none``.
-        **kwargs: The accumulator's arguments.
-    """
-
-    def __init__(self, *args: Any, journal: Journal, sync: JournalSyncer | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.journal = journal
-        self.syncer = sync
-        # Threads append too (send_from_thread): the journal and the batches must take records
-        # in the same order, so one lock spans both; the sender's seals and outcomes take it too.
-        self.journal_lock = threading.Lock()
-        self._ranges: dict[ProduceRequestResult, _Range] = {}
-        self._adopting = -1  # the journal seq of a recovered record being re-appended
-
-    # --- records in
-
-    def append(
-        self,
-        topic: str,
-        partition: int | None,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[Header],
-        record_size: int,
-        partitions: Sequence[int],
-        cluster: ClusterView,
-        now: float,
-        granted: tuple[BufferRequest, bytearray] | None = None,
-        for_thread: bool = False,
-    ) -> RecordFuture | BufferRequest:
-        with self.journal_lock:
-            if self._adopting < 0 and not self.journal.has_room(record_size):
-                if granted is not None:
-                    self._pool.deallocate(granted[1], granted[0].size)
-                journal = self.journal
-                raise JournalFullError(
-                    f"the journal in {journal.folder} holds {journal.bytes_on_disk()} bytes "
-                    f"of records without outcome, at journal_max_bytes={journal.max_bytes}; "
-                    f"is the cluster reachable? Raise journal_max_bytes to buffer more"
-                )
-            appended = super().append(
-                topic, partition, timestamp, key, value, headers, record_size, partitions,
-                cluster, now, granted, for_thread,
-            )
-            if type(appended) is BufferRequest:
-                return appended
-            assert isinstance(appended, RecordFuture)
-            result = appended.pending_result()
-            assert result is not None  # just appended: its batch has not ended
-            seq = self._adopting
-            if seq < 0:
-                # Journaled after the batch took it: the partition is known only now. A full
-                # journal refused above, before anything was written.
-                seq = self.journal.append(topic, result.partition, timestamp, key, value,
-                                          headers)
-            ranges = self._ranges
-            found = ranges.get(result)
-            if found is None:
-                batch = self._batches[result.tp][-1]
-                ranges[result] = _Range(batch, seq)
-                result.add_listener(self._ended)
-            else:
-                found.last = seq
-                found.count += 1
-            return appended
-
-    def append_run(self, *args: Any, **kwargs: Any) -> int:
-        """Bulk runs are not journaled record by record here: ``send_many`` then appends each
-        record through :meth:`append`, which journals it."""
-        return 0
-
-    # --- seals and outcomes
-
-    def drain(self, cluster: ClusterView, nodes: Iterable[int], max_size: int,
-              now: float) -> dict[int, list[ProducerBatch]]:
-        # Under the journal's lock: a thread's append registers its batch's range between
-        # taking the record and releasing the lock, so no batch leaves unregistered.
-        with self.journal_lock:
-            drained: dict[int, list[ProducerBatch]] = super().drain(cluster, nodes, max_size,
-                                                                    now)
-            txn = self._txn
-            if not drained or txn is None:
-                return drained
-            producer = txn.producer
-            ranges = self._ranges
-            for batches in drained.values():
-                for batch in batches:
-                    found = ranges.get(batch.result)
-                    if found is None or batch.base_sequence < 0:
-                        continue
-                    state = (producer.producer_id, producer.epoch, batch.base_sequence)
-                    if found.sealed != state:
-                        # First sent, or re-stamped after an epoch bump: the last seal counts.
-                        found.sealed = state
-                        self.journal.seal(batch.tp.topic, batch.tp.partition, found.first,
-                                          found.last, found.count, *state)
-        return drained
-
-    def expired_batches(self, now: float) -> list[ProducerBatch]:
-        """None: with a journal, records wait for the cluster rather than fail."""
-        return []
-
-    def _ended(self, result: ProduceRequestResult) -> None:
-        with self.journal_lock:
-            found = self._ranges.pop(result, None)
-            if found is None:
-                return
-            if not result.done:
-                # Split after MESSAGE_TOO_LARGE: the records went to new batches; the range
-                # ends when the last of them does.
-                parts = found.batch.split_into or []
-                found.parts += len(parts) - 1
-                for part in parts:
-                    self._ranges[part.result] = found
-                    part.result.add_listener(self._ended)
-                return
-            found.parts -= 1
-            if found.parts > 0:
-                return
-            state = found.batch.final_state
-            if state is FinalState.ABORTED:
-                return  # closed before an answer: owed, and sent by the next producer
-            tp = found.batch.tp
-            self.journal.done(tp.topic, tp.partition, found.first, found.last, found.count)
-
-    def close_journal(self) -> None:
-        with self.journal_lock:
-            self.journal.close()
 
 
 class JournalSyncer:
@@ -355,6 +196,7 @@ async def start_journal(acc: JournaledAccumulator, kafka: Any, pool: Any,
     """Start syncing and re-send what is owed. Returns what ``send()`` awaits after each
     record (``always``: the group commit; else None) and how many records were recovered."""
     loop = asyncio.get_running_loop()
+    acc.thread_block = cfg.max_block_ms / 1000  # send_from_thread's wait for journal room
     if cfg.journal_sync != "none":
         acc.syncer = JournalSyncer(acc, cfg.journal_sync, cfg.journal_sync_ms / 1000, loop)
         acc.syncer.start()

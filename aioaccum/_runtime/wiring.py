@@ -57,7 +57,7 @@ def build_machinery(
     journal = {} if cfg.journal_dir is None else {"journal": open_journal(cfg)}
     acc = (RecordAccumulator if cfg.journal_dir is None else JournaledAccumulator)(
         pool,
-        **journal,  # type: ignore[arg-type]  # a Journal, keyword "journal"
+        **journal,  # a Journal, keyword "journal"
         batch_size=cfg.batch_size,
         linger=cfg.linger_ms / 1000,
         delivery_timeout=delivery_timeout,

@@ -4,6 +4,7 @@ acknowledgement forgets, what a restart sends again, and what an outage does not
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
 import pathlib
 from typing import Any
@@ -13,9 +14,10 @@ import pytest
 from aioaccum import Producer
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
+from aioaccum._journal import segment as segment_module
 from aioaccum._journal.journal import Journal
 from aioaccum._runtime.journaling import JournaledAccumulator, JournalSyncer
-from aioaccum.errors import JournalFullError, JournalLockedError
+from aioaccum.errors import JournalError, JournalFullError, JournalLockedError
 
 from .fake_kafka import FakeKafka, SequencedFakeKafka
 
@@ -44,8 +46,9 @@ def owed(folder: pathlib.Path) -> list[tuple[int, bytes | None]]:
 def syncer_of(producer: Producer) -> JournalSyncer:
     acc = producer._acc
     assert isinstance(acc, JournaledAccumulator)
-    assert acc.syncer is not None
-    return acc.syncer
+    syncer = acc.syncer
+    assert isinstance(syncer, JournalSyncer)
+    return syncer
 
 
 async def never_answer(fake: FakeKafka) -> asyncio.Event:
@@ -171,12 +174,14 @@ async def test_send_many_journals_every_record(tmp_path: pathlib.Path) -> None:
 async def test_a_full_journal_refuses_with_the_numbers(tmp_path: pathlib.Path) -> None:
     fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
     producer, _ = make(tmp_path, fake, journal_max_bytes=2 * SEGMENT,
-                       buffer_memory=8 << 20)
+                       buffer_memory=8 << 20, max_block_ms=50)
     async with producer:
         await never_answer(fake)
         value = b"x" * 100_000
         sent = 0
-        with pytest.raises(JournalFullError, match="journal_max_bytes=2400000"):  # noqa: PT012
+        # After max_block_ms without an outcome freeing a segment.
+        with pytest.raises(JournalFullError,  # noqa: PT012
+                           match=r"journal_max_bytes=2400000.*max_block_ms=50"):
             for _ in range(100):
                 await producer.send("t", value, partition=0)
                 sent += 1
@@ -192,3 +197,105 @@ def test_delivery_timeout_is_off_with_a_journal(tmp_path: pathlib.Path) -> None:
             return float(producer._acc._delivery_timeout)
 
     assert asyncio.run(main()) == math.inf
+
+
+async def test_a_disk_error_on_a_new_segment_refuses_the_record_before_the_batch_takes_it(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    producer, fake = make(tmp_path)
+    async with producer:
+        release = await never_answer(fake)
+        value = b"x" * 100_000
+
+        def refuse(*_args: Any) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        sent = [await producer.send("t", value + b"0", partition=0)]  # makes the first segment
+        monkeypatch.setattr(segment_module.Segment, "create", refuse)
+        with pytest.raises(JournalError, match="Input/output error"):  # noqa: PT012
+            for i in range(1, 30):  # the first segment holds about 11 of them
+                sent.append(await producer.send("t", value + b"%d" % i, partition=0))
+        assert 5 <= len(sent) < 30
+        refused = value + b"%d" % len(sent)
+        monkeypatch.undo()
+        release.set()
+        await asyncio.gather(*sent)
+        await producer.flush()
+    delivered = [r.value for r in fake.log[TP0]]
+    assert delivered == [value + b"%d" % i for i in range(len(sent))]  # not the refused one
+    assert refused not in delivered
+    assert owed(tmp_path) == []
+
+
+async def test_a_full_journal_makes_send_wait_for_outcomes_that_free_a_segment(
+        tmp_path: pathlib.Path) -> None:
+    fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake, journal_max_bytes=2 * SEGMENT,
+                       buffer_memory=8 << 20, max_block_ms=60_000)
+    async with producer:
+        release = await never_answer(fake)
+        value = b"x" * 100_000
+        futures = []
+        while True:  # fill the journal: the send that finds it full waits
+            waiting = asyncio.ensure_future(producer.send("t", value, partition=0))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            if not waiting.done():
+                break
+            futures.append(waiting.result())
+        assert 10 <= len(futures) < 24
+        acc = producer._acc
+        assert isinstance(acc, JournaledAccumulator)
+        assert len(acc.room_waiters) == 1  # waiting for room, not failed
+        release.set()  # the cluster answers: outcomes free the first segment
+        futures.append(await asyncio.wait_for(waiting, 10))
+        await asyncio.gather(*futures)
+    assert len(fake.log[TP0]) == len(futures)
+    assert owed(tmp_path) == []
+
+
+async def test_send_from_thread_waits_for_journal_room_up_to_max_block_ms(
+        tmp_path: pathlib.Path) -> None:
+    fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake, journal_max_bytes=2 * SEGMENT,
+                       buffer_memory=8 << 20, max_block_ms=60_000)
+    async with producer:
+        release = await never_answer(fake)
+        value = b"x" * 100_000
+        futures: list[Any] = []
+        while True:  # fill the journal from the loop
+            waiting = asyncio.ensure_future(producer.send("t", value, partition=0))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            if not waiting.done():
+                break
+            futures.append(waiting.result())
+        acc = producer._acc
+        assert isinstance(acc, JournaledAccumulator)
+        from_thread = asyncio.ensure_future(
+            asyncio.to_thread(producer.send_from_thread, "t", value, None, 0))
+        for _ in range(5000):  # until the thread waits on the condition
+            if acc.room_freed._waiters:  # type: ignore[attr-defined]
+                break
+            await asyncio.sleep(0.001)
+        assert acc.room_freed._waiters  # type: ignore[attr-defined]
+        release.set()
+        futures.append(await asyncio.wait_for(waiting, 10))
+        thread_future = await asyncio.wait_for(from_thread, 10)
+        await asyncio.gather(*futures)
+        await asyncio.to_thread(thread_future.result, 10)
+    assert len(fake.log[TP0]) == len(futures) + 1
+    assert owed(tmp_path) == []
+
+
+async def test_send_from_thread_on_a_full_journal_raises_after_max_block_ms(
+        tmp_path: pathlib.Path) -> None:
+    fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake, journal_max_bytes=2 * SEGMENT,
+                       buffer_memory=8 << 20, max_block_ms=50)
+    async with producer:
+        await never_answer(fake)
+        value = b"x" * 100_000
+        with pytest.raises(JournalFullError, match="max_block_ms=50"):  # noqa: PT012
+            for _ in range(100):
+                await asyncio.to_thread(producer.send_from_thread, "t", value, None, 0)
+        await producer.close(timeout=0)

@@ -75,6 +75,23 @@ def test_settled_records_are_not_recovered_and_their_segments_go(tmp_path: Path)
     final.close()
 
 
+def test_segments_shared_by_partitions_go_once_every_partition_is_settled(
+        tmp_path: Path) -> None:
+    journal = _open(tmp_path, segment=4096, max_bytes=1 << 20)
+    value = b"v" * 200
+    for seq in range(60):  # four segments, each holding records of both partitions
+        assert journal.append("t", seq % 2, 1, None, value) == seq
+    assert len(_segments(tmp_path)) >= 3
+    journal.done("t", 0, 0, 58, 30)
+    assert len(_segments(tmp_path)) >= 3  # partition 1 still owes in each of them
+    journal.done("t", 1, 1, 59, 30)
+    assert len(_segments(tmp_path)) == 1  # the newest stays, for the next entry
+    journal.close()
+    again = _open(tmp_path, segment=4096, max_bytes=1 << 20)
+    assert again.recovery.records == []
+    again.close()
+
+
 def test_a_partial_outcome_keeps_the_rest_owed(tmp_path: Path) -> None:
     journal = _open(tmp_path)
     for i in range(10):

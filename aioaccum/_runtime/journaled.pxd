@@ -1,0 +1,35 @@
+# Compiled declarations for journaled.py; see _core/futures.pxd. The journaled append overrides
+# the compiled accumulator's, so the producer's call reaches it without a Python frame.
+cimport cython
+from aioaccum._core.accumulator cimport RecordAccumulator
+from aioaccum._core.futures cimport ProduceRequestResult, RecordFuture
+
+
+cdef class _Range:
+    cdef public object batch
+    cdef public long long first
+    cdef public long long last
+    cdef public long long count
+    cdef public object sealed
+    cdef public Py_ssize_t parts
+
+
+cdef class JournaledAccumulator(RecordAccumulator):
+    cdef public object journal
+    cdef public object syncer
+    cdef public object journal_lock
+    cdef public dict _ranges
+    cdef public long long _adopting
+    cdef public Py_ssize_t _room
+    cdef public list room_waiters
+    cdef public object room_freed
+    cdef public double thread_block
+    # Instance attributes beyond these fields: tests wrap methods of a running accumulator.
+    cdef dict __dict__
+
+    @cython.locals(future=RecordFuture, result=ProduceRequestResult, found=_Range,
+                   seq=cython.longlong, needed=Py_ssize_t, threaded=cython.bint)
+    cpdef object append(
+        self, str topic, partition, timestamp, key, value, headers, Py_ssize_t record_size,
+        partitions, cluster, double now, granted=*, bint for_thread=*
+    )

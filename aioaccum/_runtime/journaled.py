@@ -1,0 +1,320 @@
+"""The accumulator of a producer with ``journal_dir``: what it takes is journaled first.
+
+Each record :meth:`JournaledAccumulator.append` takes is journaled (a RECORD entry) before the
+append returns, so ``send()``, ``send_many()`` and ``send_from_thread()`` return only for
+journaled records; each batch knows the journal sequence range of its records. When the sender
+drains a batch stamped with its producer id, epoch and base sequence (again after an epoch
+bump), a SEAL entry records them; when the batch ends for good (acknowledged, or failed with an
+error no retry can change), a DONE entry forgets its records. A batch aborted by ``close()`` or a
+fatal producer error gets no DONE: its records stay owed, and the next producer on the folder
+sends them.
+
+Room before the record: the journal makes room for the entry (a new segment if the newest one
+is full) before the batch takes the record, so every error the disk or ``journal_max_bytes`` can
+raise comes while nothing has been taken, and a ``send()`` that raises never delivers. Once the
+batch holds the record, the journal's write is a copy into memory already reserved.
+
+Compiled (see the ``.pxd``): one record per ``send()`` crosses this class, and Python's
+overhead here was most of the journal's price.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
+from aioaccum._core.batch import FinalState, ProducerBatch
+from aioaccum._core.cluster import ClusterView
+from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult, RecordFuture
+from aioaccum._journal.entries import ENTRY_HEADER
+from aioaccum._journal.journal import Journal
+from aioaccum.errors import JournalError, JournalFullError
+
+__all__ = ["JOURNAL_ROOM", "JournaledAccumulator", "entry_bound", "journal_full", "journal_room"]
+
+# What append() answers a coroutine whose record the full journal cannot take now: a request
+# for journal room rather than memory (size 0), which the producer's wait for memory turns
+# into a wait for outcomes (see journaling.journal_room).
+JOURNAL_ROOM = BufferRequest(-1, 0, False)
+
+Header = tuple[str, bytes | None]
+
+# A RECORD entry's bytes beyond key, value and headers (entry header, seq, topic id, partition,
+# timestamp, two lengths, the header count), and a TOPIC entry's beyond the name.
+_RECORD_FIXED = ENTRY_HEADER.size + 8 + 4 + 4 + 8 + 4 + 4 + 2
+_TOPIC_FIXED = ENTRY_HEADER.size + 4
+
+
+def entry_bound(topic: str, record_size: int, headers: int) -> int:
+    """An upper bound of the journal bytes a record takes, with its topic's definition:
+    ``record_size`` (the batch bound ``send()`` computes) covers key, value and the headers'
+    bytes; each header adds two 4-byte lengths; a name is at most 4 bytes per character."""
+    return record_size + _RECORD_FIXED + 8 * headers + _TOPIC_FIXED + 4 * len(topic) + 64
+
+
+def journal_full(journal: Journal, waited_ms: float) -> JournalFullError:
+    """The error of a ``send()`` that found no journal room within ``max_block_ms``."""
+    return JournalFullError(
+        f"the journal in {journal.folder} holds {journal.bytes_on_disk()} bytes of records "
+        f"without outcome, at journal_max_bytes={journal.max_bytes}, and no outcome freed a "
+        f"segment within max_block_ms={waited_ms:.0f}; is the cluster reachable? Raise "
+        f"journal_max_bytes to buffer more"
+    )
+
+
+class _Range:
+    """The journal sequence numbers of one batch's records, and how it was last sealed."""
+
+    __slots__ = ("batch", "count", "first", "last", "parts", "sealed")
+
+    def __init__(self, batch: ProducerBatch, seq: int) -> None:
+        self.batch = batch
+        self.first = self.last = seq
+        self.count = 1
+        self.sealed: tuple[int, int, int] | None = None
+        self.parts = 1  # batches the records are in: more after a split
+
+
+class JournaledAccumulator(RecordAccumulator):
+    """A :class:`RecordAccumulator` that journals each record it takes (see the module).
+
+    Args:
+        journal: The open journal folder.
+        sync: Told of each write, for ``journal_sync``; None for ``none``.
+        **kwargs: The accumulator's arguments.
+    """
+
+    def __init__(self, *args: Any, journal: Journal, sync: Any = None, **kwargs: Any) -> None:
+        RecordAccumulator.__init__(self, *args, **kwargs)
+        self.journal = journal
+        self.syncer = sync
+        # Threads append too (send_from_thread): the journal and the batches must take records
+        # in the same order, so one lock spans both; the sender's seals and outcomes take it too.
+        self.journal_lock = threading.Lock()
+        self._ranges: dict[ProduceRequestResult, _Range] = {}
+        self._adopting = -1  # the journal seq of a recovered record being re-appended
+        self._room = -1  # bytes records may still take in the newest segment (see append)
+        # send()s waiting for journal room (on the loop): woken when an outcome frees some.
+        self.room_waiters: list[Any] = []
+        # Threads waiting for journal room (send_from_thread), up to max_block_ms.
+        self.room_freed = threading.Condition(self.journal_lock)
+        self.thread_block = 60.0  # set from max_block_ms by start_journal
+
+    # --- records in
+
+    def append(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        record_size: int,
+        partitions: Sequence[int],
+        cluster: ClusterView,
+        now: float,
+        granted: tuple[BufferRequest, bytearray] | None = None,
+        for_thread: bool = False,
+    ) -> RecordFuture | BufferRequest:
+        # Threads append too once enable_threads() ran (on the loop's thread, between two of
+        # its appends): only then can another append, a drain or an outcome interleave.
+        threaded = self.threaded
+        lock = self.journal_lock
+        if threaded:
+            lock.acquire()
+        try:
+            seq = self._adopting
+            journal: Journal = self.journal
+            needed = entry_bound(topic, record_size, len(headers)) if seq < 0 else 0
+            if needed > self._room:
+                try:
+                    if len(headers) > 0xFFFF:
+                        raise JournalError(
+                            f"a journaled record may carry at most 65535 headers, not "
+                            f"{len(headers)}; send fewer")
+                    self._reserve(needed, threaded and for_thread and granted is None)
+                    self._room = journal.head_room()
+                except JournalFullError:
+                    if granted is not None:
+                        self._pool.deallocate(granted[1], granted[0].size)
+                    elif not for_thread:
+                        return JOURNAL_ROOM  # a coroutine: it waits up to max_block_ms
+                    raise
+                except BaseException:
+                    if granted is not None:
+                        self._pool.deallocate(granted[1], granted[0].size)
+                    raise
+            # What is left of the newest segment, counted without asking it: each record takes
+            # at most its bound; seals and outcomes, which write too, reset the count.
+            self._room -= needed
+            appended = RecordAccumulator.append(
+                self, topic, partition, timestamp, key, value, headers, record_size,
+                partitions, cluster, now, granted, for_thread,
+            )
+            if type(appended) is BufferRequest:
+                return appended
+            future = cast(RecordFuture, appended)
+            result = future._result  # just appended: not done
+            if seq < 0:
+                # The partition is known only now; the room was made above, so this write
+                # cannot fail for want of it.
+                seq = journal.append(topic, result.partition, timestamp, key, value, headers,
+                                     result.tp)
+            found = self._ranges.get(result)
+            if found is None:
+                batch = self._batches[result.tp][-1]
+                self._ranges[result] = _Range(batch, seq)
+                result.add_listener(self._ended)
+            else:
+                found.last = seq
+                found.count += 1
+            return appended
+        finally:
+            if threaded:
+                lock.release()
+
+    def _reserve(self, needed: int, wait: bool) -> None:
+        """:meth:`Journal.reserve`; with ``wait`` (a thread's append, which holds the journal's
+        lock), first wait up to ``thread_block`` seconds for outcomes to free room."""
+        journal: Journal = self.journal
+        if not wait:
+            journal.reserve(needed)
+            return
+        deadline = time.monotonic() + self.thread_block
+        while True:
+            try:
+                journal.reserve(needed)
+                return
+            except JournalFullError:
+                left = deadline - time.monotonic()
+                # Releases the lock while it waits; an outcome (on the loop) notifies.
+                if left <= 0 or not self.room_freed.wait(left):
+                    raise journal_full(journal, self.thread_block * 1000) from None
+
+    def append_run(self, *args: Any, **kwargs: Any) -> int:
+        """Bulk runs are not journaled record by record here: ``send_many`` then appends each
+        record through :meth:`append`, which journals it."""
+        return 0
+
+    # --- seals and outcomes
+
+    def drain(self, cluster: ClusterView, nodes: Iterable[int], max_size: int,
+              now: float) -> dict[int, list[ProducerBatch]]:
+        # Under the journal's lock: a thread's append registers its batch's range between
+        # taking the record and releasing the lock, so no batch leaves unregistered.
+        with self.journal_lock:
+            drained: dict[int, list[ProducerBatch]] = RecordAccumulator.drain(
+                self, cluster, nodes, max_size, now)
+            txn = self._txn
+            if not drained or txn is None:
+                return drained
+            producer = txn.producer
+            ranges = self._ranges
+            for batches in drained.values():
+                for batch in batches:
+                    found = ranges.get(batch.result)
+                    if found is None or batch.base_sequence < 0:
+                        continue
+                    state = (producer.producer_id, producer.epoch, batch.base_sequence)
+                    if found.sealed != state:
+                        # First sent, or re-stamped after an epoch bump: the last seal counts.
+                        found.sealed = state
+                        self.journal.seal(batch.tp.topic, batch.tp.partition, found.first,
+                                          found.last, found.count, *state)
+                        self._room = -1
+        return drained
+
+    def expired_batches(self, now: float) -> list[ProducerBatch]:
+        """None: with a journal, records wait for the cluster rather than fail."""
+        return []
+
+    def _ended(self, result: ProduceRequestResult) -> None:
+        with self.journal_lock:
+            found = self._ranges.pop(result, None)
+            if found is None:
+                return
+            if not result.done:
+                # Split after MESSAGE_TOO_LARGE: the records went to new batches; the range
+                # ends when the last of them does.
+                parts = found.batch.split_into or []
+                found.parts += len(parts) - 1
+                for part in parts:
+                    self._ranges[part.result] = found
+                    part.result.add_listener(self._ended)
+                return
+            found.parts -= 1
+            if found.parts > 0:
+                return
+            state = found.batch.final_state
+            if state is FinalState.ABORTED:
+                return  # closed before an answer: owed, and sent by the next producer
+            tp = found.batch.tp
+            self.journal.done(tp.topic, tp.partition, found.first, found.last, found.count)
+            self._room = -1
+            self.room_freed.notify_all()
+            waiters = self.room_waiters
+            if waiters:  # on the loop's thread, as every listener of a batch's result
+                self.room_waiters = []
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    def close_journal(self) -> None:
+        with self.journal_lock:
+            self.journal.close()
+
+
+async def journal_room(
+    producer: Any,
+    acc: RecordAccumulator,
+    max_block_ms: float,
+    topic: str,
+    partition: int | None,
+    timestamp: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header],
+    size: int,
+    partitions: Sequence[int],
+    kafka: Any,
+) -> FutureRecordMetadata:
+    """A coroutine's append that the full journal answered with ``JOURNAL_ROOM``: wait for
+    outcomes to free room, up to ``max_block_ms`` in all, then append (and wait for memory if
+    the pool has none). Nothing is appended until it returns, so a cancelled wait took nothing.
+
+    Raises:
+        JournalFullError: No room came within ``max_block_ms`` (the message has the numbers).
+    """
+    assert isinstance(acc, JournaledAccumulator)  # only it answers JOURNAL_ROOM
+    journal: Journal = acc.journal
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_block_ms / 1000
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise journal_full(journal, max_block_ms)
+        waiter = loop.create_future()
+        acc.room_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, remaining)
+        except TimeoutError:
+            raise journal_full(journal, max_block_ms) from None
+        finally:
+            if waiter in acc.room_waiters:
+                acc.room_waiters.remove(waiter)
+        if producer._parts is None:
+            producer._running_parts()  # closed meanwhile: raises why
+        appended = acc.append(topic, partition, timestamp, key, value, headers, size,
+                              partitions, kafka, loop.time())
+        if type(appended) is not BufferRequest:
+            return cast(FutureRecordMetadata, appended)  # what try_append makes for the loop
+        if appended.size:  # room in the journal, none in the pool: wait for memory too
+            left_ms = max(0.0, (deadline - loop.time()) * 1000)
+            return cast(FutureRecordMetadata, await producer._append_after_wait(
+                acc, appended, left_ms, topic, partition, timestamp, key, value, headers, size,
+                partitions, kafka))
