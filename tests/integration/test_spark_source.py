@@ -176,7 +176,8 @@ def driver(
 
 
 def run_to_end(process: subprocess.Popen[str]) -> str:
-    out, err = process.communicate(timeout=RUN_WITHIN_S)
+    with process:
+        out, err = process.communicate(timeout=RUN_WITHIN_S)
     assert process.returncode == 0, err[-3000:]
     return out
 
@@ -232,11 +233,13 @@ async def test_a_stream_killed_at_a_random_point_and_restarted_writes_every_row_
     expected = write_input(tmp_path / "in")
     seed = random.randrange(1 << 30)
     delay = random.Random(seed).uniform(12.0, 25.0)
-    first = driver(kafka_bootstrap, tmp_path, topic, "exactly_once")
-    try:
-        first.wait(timeout=delay)
-    except subprocess.TimeoutExpired:
-        first.send_signal(signal.SIGKILL)
+    # The with-block closes the pipes whether the driver is killed or (on a fast machine)
+    # finished first.
+    with driver(kafka_bootstrap, tmp_path, topic, "exactly_once") as first:
+        try:
+            first.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            first.send_signal(signal.SIGKILL)
         first.communicate()
     run_to_end(driver(kafka_bootstrap, tmp_path, topic, "exactly_once"))
     seen = await read_values(kafka_bootstrap, topic, "read_committed")
