@@ -29,6 +29,7 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
 
 from aioaccum._core._crecords cimport MemoryRecordsBuilder
+from aioaccum._core._cvarint cimport _field_size, _put_field, _put_varint, _varint_size
 
 from aioaccum._core.partitioner import checked_partition
 from aioaccum._core.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
@@ -116,39 +117,6 @@ cdef inline int32_t _get(_Int32* c, Py_ssize_t i, bint* present) noexcept nogil:
     return c.values[j]
 
 
-cdef inline Py_ssize_t _varint_size(uint64_t z) noexcept nogil:
-    cdef Py_ssize_t size = 1
-    while z >= 0x80:
-        z >>= 7
-        size += 1
-    return size
-
-
-cdef inline unsigned char* _put_varint(unsigned char* p, uint64_t z) noexcept nogil:
-    while z >= 0x80:
-        p[0] = <unsigned char>((z & 0x7F) | 0x80)
-        p += 1
-        z >>= 7
-    p[0] = <unsigned char>z
-    return p + 1
-
-
-cdef inline Py_ssize_t _field_size(Py_ssize_t length) noexcept nogil:
-    if length < 0:
-        return 1
-    return _varint_size(<uint64_t>length << 1) + length
-
-
-cdef inline unsigned char* _put_field(
-    unsigned char* p, const char* data, Py_ssize_t length
-) noexcept nogil:
-    if length < 0:
-        p[0] = 1  # zig-zag -1: null
-        return p + 1
-    p = _put_varint(p, <uint64_t>length << 1)
-    if length:
-        memcpy(p, data, length)
-    return p + length
 
 
 cdef int32_t _murmur2(const unsigned char* data, Py_ssize_t length) noexcept nogil:
