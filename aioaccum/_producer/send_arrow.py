@@ -33,7 +33,7 @@ from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
 from aioaccum._core.validate import checked_timestamp
 from aioaccum._producer.send_many import RECORD_BOUND, BulkSender
-from aioaccum._runtime.many import ManyOutcomes, ManyResult, ReadOnRead
+from aioaccum._runtime.many import ManyOutcomes, ManyResult, ReadOnRead, position
 
 if TYPE_CHECKING:
     from aioaccum._kafka.adapter import KafkaAdapter
@@ -95,11 +95,7 @@ class ArrowOutcomes(ReadOnRead[RecordMetadata]):
     def __getitem__(self, index: int | slice) -> RecordMetadata | list[RecordMetadata]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        size = len(self)
-        if index < 0:
-            index += size
-        if not 0 <= index < size:
-            raise IndexError(f"row {index} out of range for {size} rows")
+        index = position(index, len(self), "row")
         rows = self._rows
         metadata = self._by_position[rows.position_of(index)]
         return metadata._replace(

@@ -22,7 +22,7 @@ from typing import TypeVar, overload
 from aioaccum._core.cluster import TopicPartition
 from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
 
-__all__ = ["ManyOutcomes", "ManyResult", "ReadOnRead", "all_of"]
+__all__ = ["ManyOutcomes", "ManyResult", "ReadOnRead", "all_of", "position"]
 
 _T = TypeVar("_T")
 
@@ -161,11 +161,7 @@ class ManyOutcomes(ReadOnRead[RecordMetadata]):
     def __getitem__(self, index: int | slice) -> RecordMetadata | list[RecordMetadata]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        size = len(self)
-        if index < 0:
-            index += size
-        if not 0 <= index < size:
-            raise IndexError(f"record index {index} out of range for {size} records")
+        index = position(index, len(self), "record")
         segment = self._segments[bisect.bisect_right(self._firsts, index) - 1]
         return self._metadata(segment, index)
 
@@ -220,6 +216,15 @@ class _Slot:
         else:
             owner._singles.append((self._index, future.result()))
         owner._settle(1)
+
+
+def position(index: int, size: int, what: str) -> int:
+    """``index`` into a sequence of ``size`` items, negative counting from the end, as a list
+    reads it. Raises ``IndexError`` naming ``what`` the items are."""
+    at = index + size if index < 0 else index
+    if not 0 <= at < size:
+        raise IndexError(f"{what} index {index} out of range for {size} {what}s")
+    return at
 
 
 def all_of(
