@@ -95,7 +95,8 @@ async def read_until_closed(reader: asyncio.StreamReader, bound: float) -> bytes
     """Everything the server sends until it closes the connection, which must be within bound."""
     data = b""
     async with asyncio.timeout(bound):
-        with contextlib.suppress(ConnectionResetError):
+        # A reset, or our own write failing on the closed socket (EPIPE), ends it as well.
+        with contextlib.suppress(ConnectionError):
             while chunk := await reader.read(65536):
                 data += chunk
     return data

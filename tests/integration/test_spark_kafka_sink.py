@@ -2,7 +2,8 @@
 
 Spark's JVM Kafka sink (``spark-sql-kafka-0-10_2.13`` 4.2.0, fetched by
 ``scripts/spark_kafka_jars.py`` from ``scripts/spark_kafka_pom.xml``) runs in the same session
-as ours, on the same rows: string keys (some null), binary values (some null: tombstones),
+as ours (in a process of its own, whose JVM starts with those jars), on the same rows: string
+keys (some null), binary values (some null: tombstones),
 headers, a ``topic`` column routing rows to two topics, and a ``partition`` column for some rows.
 A consumer then reads both sets of topics. What it reads must be the same: the same records
 (key, value, headers) in each topic, and, for every row with a key or a partition, in the same
@@ -12,17 +13,17 @@ partitioner's random choice in both, so only their topic is compared.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -48,14 +49,13 @@ def kafka_jars() -> str:
     return ",".join(str(jar) for jar in fetch())
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    running = SparkContext._active_spark_context
-    if running is not None:
-        running.stop()  # spark.jars is read when the JVM's context starts
+def session() -> SparkSession:
+    """A session whose JVM has Spark's Kafka sink on its class path: ``spark.jars`` is read
+    when the JVM starts, so this runs in a process of its own (see :func:`write_both`), never
+    in the test process, whose JVM other Spark tests may have started already."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
+    spark = (
         SparkSession.builder.master(MASTER)
         .appName("aioaccum-vs-spark-kafka")
         .config("spark.jars", kafka_jars())
@@ -65,10 +65,33 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
-    session.sparkContext.setLogLevel("ERROR")
-    aioaccum.spark.register(session)
-    yield session
-    session.stop()
+    spark.sparkContext.setLogLevel("ERROR")
+    aioaccum.spark.register(spark)
+    return spark
+
+
+def write_both(bootstrap: str, theirs: list[str], ours: list[str]) -> None:
+    """The same rows through ``format("kafka")`` into ``theirs`` and ``format("aioaccum")``
+    into ``ours``, in a fresh Python process (and so a fresh JVM)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, __file__, bootstrap, *theirs, *ours],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def main(bootstrap: str, theirs: list[str], ours: list[str]) -> None:
+    spark = session()
+    try:
+        frame(spark, *theirs).write.format("kafka").option(
+            "kafka.bootstrap.servers", bootstrap
+        ).save()
+        frame(spark, *ours).write.format("aioaccum").mode("append").option(
+            "kafka.bootstrap.servers", bootstrap
+        ).save()
+    finally:
+        spark.stop()
 
 
 def frame(spark: SparkSession, first: str, second: str) -> DataFrame:
@@ -132,16 +155,11 @@ def placed(record: Record) -> bool:
 
 
 async def test_spark_s_kafka_sink_and_ours_write_what_a_consumer_reads_alike(
-    spark: SparkSession, kafka_bootstrap: str, topic_factory: TopicFactory
+    kafka_bootstrap: str, topic_factory: TopicFactory
 ) -> None:
     theirs = [await topic_factory(partitions=PARTITIONS) for _ in range(2)]
     ours = [await topic_factory(partitions=PARTITIONS) for _ in range(2)]
-    frame(spark, *theirs).write.format("kafka").option(
-        "kafka.bootstrap.servers", kafka_bootstrap
-    ).save()
-    frame(spark, *ours).write.format("aioaccum").mode("append").option(
-        "kafka.bootstrap.servers", kafka_bootstrap
-    ).save()
+    await asyncio.to_thread(write_both, kafka_bootstrap, theirs, ours)
 
     for their_topic, our_topic in zip(theirs, ours, strict=True):
         by_them = await read_all(kafka_bootstrap, their_topic)
@@ -163,3 +181,7 @@ async def test_spark_s_kafka_sink_and_ours_write_what_a_consumer_reads_alike(
     assert any(r[2] == () for r in records)
     assert any(len(r[2]) == 2 for r in records)
     assert any(not placed(r) for r in records)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:4], sys.argv[4:6])
