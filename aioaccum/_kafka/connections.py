@@ -29,7 +29,7 @@ from aioaccum._kafka.connection import (
     open_connection,
 )
 from aioaccum._kafka.errors import translate
-from aioaccum.errors import AioAccumError
+from aioaccum.errors import AioAccumError, BrokerError
 
 __all__ = ["ProduceConnections"]
 
@@ -153,7 +153,10 @@ class ProduceConnections:
             return _not_ready(node, f"reconnecting in {wait * 1000:.0f} ms")
         address = self._address(node)
         if address is None:
-            return _not_ready(node, "not in the cluster's metadata")
+            # Stale metadata, most often a broker that was down when it was fetched: the
+            # sender must refresh it, or it would wait for metadata_max_age_ms to see the
+            # broker back.
+            return _not_ready(node, "not in the cluster's metadata", stale=True)
         task = loop.create_task(self._open(node, *address))
         self._connecting[node] = task
         task.add_done_callback(lambda done: self._opened(node, done))
@@ -224,7 +227,9 @@ class ProduceConnections:
             )
 
 
-def _not_ready(node: int, why: str) -> AioAccumError:
+def _not_ready(node: int, why: str, *, stale: bool = False) -> AioAccumError:
     error = translate(kerr.NodeNotReadyError(f"node {node}: {why}"))
     error.possibly_written = False
+    if stale and isinstance(error, BrokerError):
+        error.invalid_metadata = True
     return error

@@ -136,6 +136,21 @@ async def test_a_refused_connection_backs_off_and_fails_as_never_written() -> No
     await conns.close()
 
 
+async def test_a_node_missing_from_the_metadata_asks_for_a_refresh() -> None:
+    # A broker that was down when the metadata was fetched is not in it; only a refresh brings
+    # it back, so the error says the metadata is stale (the sender then refreshes it).
+    conns = ProduceConnections(settings(), lambda node: None)
+    with pytest.raises(BrokerError) as failed:
+        await asyncio.wait_for(
+            conns.produce(2, acks=1, timeout_ms=1000, batches=[(TP, [memoryview(b"x")])],
+                          transactional_id=None, v12=False), 5)
+    assert "not in the cluster's metadata" in str(failed.value)
+    assert failed.value.invalid_metadata
+    assert failed.value.retriable
+    assert not failed.value.possibly_written
+    await conns.close()
+
+
 async def test_sasl_plain_authenticates_before_producing() -> None:
     broker = FakeBroker()
     await broker.start()
