@@ -365,6 +365,10 @@ class GuardedProtocol(HttpToolsProtocol):
         )
         oldest._lost = True  # counted out now: the next connection must not pick it again
         oldest._raw.abort()
+        # Out of the count at once: its connection_lost may come after the new connection's
+        # request (uvloop calls it on the next turn's close phase), whose max.connections
+        # check would still see it and answer 503. connection_lost discards it again, harmlessly.
+        self.connections.discard(oldest)
 
 
 def guarded_protocol(limits: ConnectionLimits) -> type[GuardedProtocol]:
