@@ -47,6 +47,7 @@ cdef class MemoryRecordsBuilder:
         self, Py_ssize_t n, int64_t timestamp, Py_ssize_t pos, Py_ssize_t total, int64_t limit
     ) except -1
     cdef bint _add_chunks(self, Py_ssize_t needed) except -1
+    cdef int _place(self, Py_ssize_t pos, Py_ssize_t end, bytes record) except -1
     cdef int _straddle(self, Py_ssize_t pos, bytes record) except -1
     cdef object _estimated_bytes_written(self)
     cdef int _grow(self, Py_ssize_t needed) except -1

@@ -441,10 +441,7 @@ cdef class MemoryRecordsBuilder:
             start = <unsigned char*>PyBytes_AS_STRING(record)
             if _put_record(start, start + total, body, delta, n, &f, headers) == NULL:
                 raise RuntimeError("headers changed while a record was being written")
-            if end <= self._end:
-                self._view[pos - self._off : end - self._off] = record
-            else:
-                self._straddle(pos, record)
+            self._place(pos, end, record)
         self._pos = end
         self._num_records = n + 1
         return n
@@ -502,10 +499,7 @@ cdef class MemoryRecordsBuilder:
                 <unsigned char*>PyBytes_AS_STRING(record), body,
                 timestamp - self._base_timestamp, n, &f, headers,
             )
-            if end <= self._end:
-                self._view[pos - self._off : end - self._off] = record
-            else:
-                self._straddle(pos, record)
+            self._place(pos, end, record)
         self._pos = end
         self._num_records = n + 1
         return n
@@ -568,6 +562,13 @@ cdef class MemoryRecordsBuilder:
             chunks.append(chunk)
             self._capacity += len(chunk)
         return True
+
+    cdef int _place(self, Py_ssize_t pos, Py_ssize_t end, bytes record) except -1:
+        """Copy an encoded record to ``pos``: into the chunk being written, or across chunks."""
+        if end <= self._end:
+            self._view[pos - self._off : end - self._off] = record
+            return 0
+        return self._straddle(pos, record)
 
     cdef int _straddle(self, Py_ssize_t pos, bytes record) except -1:
         """Write a record that runs past the current chunk, moving on chunk by chunk."""
