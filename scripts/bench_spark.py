@@ -202,11 +202,14 @@ def main() -> None:
         top = ", ".join(f"{k} {v} ms" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
         print(f"last {fmt} stream, {batches} micro-batches: {top}")
     base = statistics.median(rates["jvm"]) if "jvm" in rates else None
-    print(f"\n{'sink':>10}  {'rows/s':>10}  vs jvm")
+    # A stream also reads its Parquet files: it is compared with the JVM sink's stream too.
+    stream_base = statistics.median(rates["jvm-stream"]) if "jvm-stream" in rates else None
+    print(f"\n{'sink':>10}  {'rows/s':>10}  {'vs jvm':>7}  vs jvm-stream")
     for name in sinks:
         median = statistics.median(rates[name])
         ratio = f"{median / base:.2f}x" if base else "-"
-        print(f"{name:>10}  {median:>10,.0f}  {ratio}")
+        same = f"{median / stream_base:.2f}x" if stream_base and "stream" in name else "-"
+        print(f"{name:>10}  {median:>10,.0f}  {ratio:>7}  {same}")
 
 
 if __name__ == "__main__":

@@ -240,14 +240,18 @@ class ProducerConfig:
         return cls(**kwargs)
 
     @classmethod
-    def from_properties(cls, properties: Mapping[str, Any]) -> ProducerConfig:
+    def from_properties(
+        cls, properties: Mapping[str, Any], *, java_defaults: bool = True
+    ) -> ProducerConfig:
         """Build a config from Java producer properties, e.g. ``{"linger.ms": "10"}``.
 
         Values may be strings as read from a ``.properties`` file (``"true"``, ``"65536"``) or
         Python values, and the Pythonic names are accepted too. A setting the properties leave
         out takes the Java client's default where ours differs (``batch.size`` and
         ``buffer.memory.allocation.strategy``; see the configuration docs), so that a Java
-        file configures the producer the Java client would run. ``sasl.jaas.config`` with
+        file configures the producer the Java client would run; ``java_defaults=False`` gives
+        them ours instead (for options that only borrow Java's names, such as the Spark sink's
+        ``kafka.*``). ``sasl.jaas.config`` with
         Kafka's ``PlainLoginModule`` or ``ScramLoginModule`` sets the user name and password;
         ``compression.<codec>.level`` sets ``compression_level`` when ``<codec>`` is the chosen
         ``compression.type``. ``ssl.truststore.location`` (a PEM file; ``ssl.truststore.type``
@@ -265,7 +269,7 @@ class ProducerConfig:
         for row in SETTINGS:
             # Where our default is not Java's, a file that leaves the setting out gets Java's:
             # the same file means the same producer in both clients.
-            default = row.java_default if row.differs_from_java else row.default
+            default = row.java_default if java_defaults and row.differs_from_java else row.default
             object.__setattr__(config, row.name, kwargs.get(row.name, _Default(default)))
         config._resolve(labels)
         return config

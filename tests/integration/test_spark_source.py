@@ -209,6 +209,11 @@ async def test_a_stream_writes_every_row_once_through_task_failures_and_a_replay
     seen = await read_values(kafka_bootstrap, topic, "read_committed")
     assert set(seen) == expected
     assert max(seen.values()) == 1
+    # Each failed attempt had half of its partition's rows in the topic when it failed (the
+    # driver waits for them): they are there, aborted, which read_uncommitted shows.
+    everything = await read_values(kafka_bootstrap, topic, "read_uncommitted")
+    aborted = sum(everything.values()) - sum(seen.values())
+    assert aborted >= FILES * ROWS_PER_FILE // 8, aborted
 
 
 async def test_at_least_once_shows_the_duplicates_of_the_same_faults(
