@@ -66,7 +66,8 @@ async def test_records_beyond_memory_spill_and_go_in_order_when_the_pool_has_roo
         spill = spill_of(producer)
         futures, peak = await offer(producer, 600)  # 600 KB through a 64 KiB pool
         assert peak <= MEMORY
-        assert spill.spilled > 500 and spill.pending == spill.spilled  # none has had room yet
+        assert spill.spilled > 500
+        assert spill.pending == spill.spilled
         assert producer.pending_records() == 600
         assert not any(f.done() for f in futures)  # pending: not failed by the outage
         release.set()
@@ -102,7 +103,9 @@ async def test_a_record_sent_while_others_are_spilled_queues_behind_them(
                                         partition=0)
         thread = await asyncio.to_thread(producer.send_from_thread, "t", numbered(441), None, 1)
         await producer.flush()  # waits for the spilled records too
-        assert all(f.done() for f in futures) and many.done() and thread.done()
+        assert all(f.done() for f in futures)
+        assert many.done()
+        assert thread.done()
         assert spill.pending == 0
         assert [m.offset for m in await many] == list(range(200, 220))
         assert (await asyncio.to_thread(thread.result, 5)).offset == 200
@@ -188,7 +191,8 @@ async def test_a_full_journal_still_refuses_after_max_block_ms_while_records_spi
     async with producer:
         release = await never_answer(fake)
         futures = []
-        with pytest.raises(JournalFullError, match=r"journal_max_bytes=2400000.*max_block_ms=50"):
+        with pytest.raises(  # noqa: PT012
+                JournalFullError, match=r"journal_max_bytes=2400000.*max_block_ms=50"):
             for i in range(10_000):
                 futures.append(await producer.send("t", numbered(i), partition=i % 2))
         assert 2000 < len(futures) < 2400  # two segments of 1.2 MB hold that many
