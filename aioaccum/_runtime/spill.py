@@ -299,6 +299,7 @@ class Spill:
                 tp = group.result.tp
                 partitions = self._kafka.partitions_for_topic(tp.topic)
                 if not partitions:
+                    self._hand_over()
                     partitions = await self._kafka.wait_for_topic(tp.topic, math.inf)
                     continue  # what is spilled may have changed meanwhile: look again
                 headers = list(record.headers)

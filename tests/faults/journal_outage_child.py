@@ -82,12 +82,13 @@ async def main(bootstrap: str, topic: str, folder: str, rate: float, memory: int
     loop.add_reader(sys.stdin.fileno(), stop.set)
 
     async def sample() -> None:
-        pool = producer.pool
+        pool, acc = producer.pool, producer._acc
         assert pool is not None
+        assert acc is not None
         while True:
             figures.peak_pool = max(figures.peak_pool,
                                     pool.total_memory - pool.available_memory())
-            figures.peak_spilled = max(figures.peak_spilled, spilled_records(producer._acc))
+            figures.peak_spilled = max(figures.peak_spilled, spilled_records(acc))
             now = rss()
             figures.peak_rss = (max(figures.peak_rss[0], now[0]),
                                 max(figures.peak_rss[1], now[1]))

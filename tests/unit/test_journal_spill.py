@@ -16,6 +16,7 @@ from aioaccum._runtime.spill import Spill
 from aioaccum.errors import JournalFullError, ProducerClosedError
 
 from .fake_kafka import FakeKafka
+from .test_interceptors import Recorder
 from .test_journal_producer import SEGMENT, TP0, TP1, make, never_answer, owed
 
 MEMORY = 64 << 10
@@ -202,3 +203,21 @@ async def test_a_full_journal_still_refuses_after_max_block_ms_while_records_spi
         await asyncio.gather(*futures)
     assert_in_order(fake, len(futures))
     assert owed(tmp_path) == []
+
+
+async def test_interceptors_hear_of_each_spilled_record_once_with_its_metadata(
+    tmp_path: pathlib.Path,
+) -> None:
+    recorder = Recorder()
+    fake = FakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake, interceptors=[recorder], **SMALL)
+    async with producer:
+        release = await never_answer(fake)
+        futures, _ = await offer(producer, 300)
+        assert spill_of(producer).pending > 200
+        assert recorder.acks == []
+        release.set()
+        await asyncio.gather(*futures)
+    assert all(error is None for _, error in recorder.acks)
+    acked = sorted((m.partition, m.offset) for m, _ in recorder.acks)
+    assert acked == sorted((i % 2, i // 2) for i in range(300))
