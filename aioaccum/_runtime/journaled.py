@@ -209,10 +209,12 @@ class JournaledAccumulator(RecordAccumulator):
               timestamp: int, key: bytes | None, value: bytes | None,
               headers: Sequence[Header], record_size: int, partitions: Sequence[int],
               cluster: ClusterView, granted: tuple[BufferRequest, bytearray] | None = None,
-              ) -> RecordFuture | BufferRequest:
+              unread: int = 0) -> RecordFuture | BufferRequest:
         """Append a spilled record read back from the journal (entry ``seq``): ``future``, the
         one its ``send()`` returned, follows it into the batch. The caller holds the journal's
-        lock when threads append (the spill's task does).
+        lock when threads append (the spill's task does). ``unread`` records of the partition
+        before this one did not read back: their outcome (failed) is journaled with this
+        batch's, so that the partition's outcomes still count off its records in order.
 
         Returns:
             ``future``, or the :class:`BufferRequest` when the pool has no room for it.
@@ -230,12 +232,13 @@ class JournaledAccumulator(RecordAccumulator):
         found = self._ranges.get(result)
         if found is None:
             batch = self._batches[result.tp][-1]
-            self._ranges[result] = _Range(batch, seq)
+            found = self._ranges[result] = _Range(batch, seq)
+            found.count += unread
             result.add_listener(self._ended)
         else:
             batch = found.batch
             found.last = seq
-            found.count += 1
+            found.count += 1 + unread
         futures = batch._futures
         futures[len(futures) - 1] = future
         future.retarget(result, made._relative_offset)

@@ -197,6 +197,9 @@ class Spill:
         self._open: dict[Any, _Group] = {}  # per topic-partition: the group still taking records
         self._groups: dict[ProduceRequestResult, _Group] = {}  # by stand-in, until all are in
         self._touched: set[_Group] = set()  # groups with records appended since the last hand-over
+        # Per topic-partition: records that did not read back, whose outcome goes with the next
+        # record of the partition to reach a batch (see JournaledAccumulator.adopt).
+        self._unread: dict[Any, int] = {}
         self._reader = _Reader()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -206,6 +209,8 @@ class Spill:
         """Of those, the records appended to batches since (or given up at close)."""
         self.closing = False
         """The producer closes: no record is taken any more; those spilled still go in."""
+        self.failure = ""
+        """Why the catch-up stopped, if it did: records that would spill are refused."""
 
     @property
     def pending(self) -> int:
@@ -230,6 +235,8 @@ class Spill:
         acc = self._acc
         if self.closing or acc.closed or acc.fatal_error is not None:
             raise acc._refusal()
+        if self.failure:
+            raise JournalError(self.failure)
         if chosen < 0:
             choice = partition_for(topic, partition, key, value, partitions, cluster,
                                    acc._custom, acc._ignore_keys)
@@ -290,13 +297,18 @@ class Spill:
                 future = block.futures[block.taken]
                 assert future is not None
                 group = self._groups[future._result]
+                tp = group.result.tp
                 try:
                     record = self._reader.read(block.segment, block.offsets[block.taken])
+                    if record.partition != tp.partition:
+                        raise JournalError(
+                            f"the spilled record {record.seq} in {block.segment.path} names "
+                            f"partition {record.partition}, not {tp.partition} as written")
                 except JournalError as exc:
-                    log.error("%s; its future fails, and it stays owed in the journal", exc)
+                    log.error("%s; the record's future fails with this error, and the record "
+                              "is never sent", exc)
                     self._fail_one(block, group, future, exc)
                     continue
-                tp = group.result.tp
                 partitions = self._kafka.partitions_for_topic(tp.topic)
                 if not partitions:
                     self._hand_over()
@@ -319,6 +331,13 @@ class Spill:
                     await asyncio.sleep(0)  # the sender and senders get their turn
         except ProducerClosedError:
             pass  # the pool or the accumulator closed: close() settles what is left
+        except Exception as exc:  # a bug or an environment gone wrong: fail rather than hang
+            log.exception("journal %s: the spill's catch-up stopped", self._acc.journal.folder)
+            error = JournalError(
+                f"the records spilled to journal_dir could not be appended ({exc!r}); they stay "
+                f"owed in the journal, and the next producer opened on the folder sends them")
+            self.failure = str(error)
+            self.abandon(error)
         finally:
             self._hand_over()
 
@@ -329,7 +348,12 @@ class Spill:
         acc = self._acc
         lock = acc.journal_lock if acc.threaded else contextlib.nullcontext()
         with lock:
-            appended = acc.adopt(*args, granted)
+            try:
+                appended = acc.adopt(*args, granted, self._unread.get(group.result.tp, 0))
+            except Exception:
+                if granted is not None and not acc.closed:  # a closed one gave it back
+                    self._pool.deallocate(granted[1], granted[0].size)
+                raise
             if type(appended) is BufferRequest:
                 return appended
             self._took(block, group)
@@ -342,6 +366,7 @@ class Spill:
         if block.taken == len(block.futures):
             self._blocks.popleft()
         group.left -= 1
+        self._unread.pop(group.result.tp, None)  # journaled with this record's outcome
         self._touched.add(group)
         self.loaded += 1
         if self.spilled == self.loaded:
@@ -352,12 +377,16 @@ class Spill:
 
     def _fail_one(self, block: _Block, group: _Group, future: RecordFuture,
                   error: BaseException) -> None:
-        """A record that cannot be read back: its future fails alone (the group goes on)."""
-        own = ProduceRequestResult(group.result.tp, self._loop)
+        """A record that cannot be read back: its future fails alone (the group goes on), and
+        its outcome is journaled with the next record of its partition."""
+        tp = group.result.tp
+        own = ProduceRequestResult(tp, self._loop)
         future.retarget(own, 0)
         acc = self._acc
         with acc.journal_lock if acc.threaded else contextlib.nullcontext():
+            unread = self._unread.get(tp, 0) + 1
             self._took(block, group)
+            self._unread[tp] = unread
         self._hand_over()
         own.set(-1, -1, error)
 
@@ -384,10 +413,10 @@ class Spill:
 
     # --- the end
 
-    def abandon(self) -> int:
+    def abandon(self, error: BaseException | None = None) -> int:
         """The producer stops: every record still spilled stays owed in the journal (the next
-        producer on the folder sends it) and its future fails with ``ProducerClosedError``.
-        Returns how many."""
+        producer on the folder sends it) and its future fails with ``error``, by default a
+        ``ProducerClosedError`` that says so. Returns how many."""
         if self._task is not None:
             self._task.cancel()
         acc = self._acc
@@ -400,7 +429,8 @@ class Spill:
             self._open.clear()
             acc.spilling = False
         self._hand_over()
-        error = owed_error()
+        if error is None:
+            error = owed_error()
         for group in groups:
             self._settle(group, error)
         self._reader.close()

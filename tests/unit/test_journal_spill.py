@@ -4,6 +4,7 @@ has room (catch-up), against a fake broker that holds every request during an "o
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
 from typing import Any
 
@@ -11,9 +12,10 @@ import pytest
 
 from aioaccum import Producer, wait_all
 from aioaccum._core.cluster import StaticCluster
+from aioaccum._journal.journal import Journal
 from aioaccum._runtime.journaling import JournaledAccumulator
 from aioaccum._runtime.spill import Spill
-from aioaccum.errors import JournalFullError, ProducerClosedError
+from aioaccum.errors import JournalError, JournalFullError, ProducerClosedError
 
 from .fake_kafka import FakeKafka
 from .test_interceptors import Recorder
@@ -221,3 +223,76 @@ async def test_interceptors_hear_of_each_spilled_record_once_with_its_metadata(
     assert all(error is None for _, error in recorder.acks)
     acked = sorted((m.partition, m.offset) for m, _ in recorder.acks)
     assert acked == sorted((i % 2, i // 2) for i in range(300))
+
+
+async def test_a_spilled_record_that_does_not_read_back_fails_alone_and_is_never_sent(
+    tmp_path: pathlib.Path,
+) -> None:
+    fake = FakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake, **SMALL)
+    async with producer:
+        release = await never_answer(fake)
+        futures, _ = await offer(producer, 600)
+        spill = spill_of(producer)
+        block = spill._blocks[0]
+        # Far enough from the first spilled record to lie beyond what was read ahead so far.
+        bad = futures.index(block.futures[400])
+        fd = os.open(block.segment.path, os.O_RDWR)
+        try:
+            os.pwrite(fd, b"#", block.offsets[400] + 40)  # a byte of the value changes
+        finally:
+            os.close(fd)
+        release.set()
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        assert spill.pending == 0
+        acc = producer._acc
+        assert isinstance(acc, JournaledAccumulator)
+        assert [s.records for s in acc.journal._segments] == [0]  # its segment owes nothing
+    assert isinstance(outcomes[bad], JournalError)
+    assert "does not read back" in str(outcomes[bad])
+    assert all(not isinstance(o, BaseException) for i, o in enumerate(outcomes) if i != bad)
+    for tp in (TP0, TP1):
+        values = [r.value[:5] for r in fake.log[tp] if r.value is not None]
+        assert values == [b"%05d" % i for i in range(tp.partition, 600, 2) if i != bad]
+    # Its outcome was journaled with the next record of its partition: nothing stays owed, and
+    # the next opening reports the changed bytes as corruption.
+    journal = Journal.open(tmp_path, segment_bytes=SEGMENT, max_bytes=1 << 30)
+    try:
+        assert journal.recovery.records == []
+        assert len(journal.recovery.corrupt_entries) == 1
+    finally:
+        journal.close()
+
+
+async def test_a_catch_up_that_breaks_fails_the_spilled_futures_rather_than_leave_them_pending(
+    tmp_path: pathlib.Path,
+) -> None:
+    fake = FakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake, **SMALL)
+    await producer.start()
+    release = await never_answer(fake)
+    futures, _ = await offer(producer, 300)
+    spill = spill_of(producer)
+    spilled = spill.pending
+    acc = producer._acc
+    assert isinstance(acc, JournaledAccumulator)
+    pool = producer._pool
+    assert pool is not None
+    for _ in range(1000):  # until the catch-up waits in the pool, for the first spilled record
+        if pool.queued():
+            break
+        await asyncio.sleep(0)
+    assert pool.queued() == 1
+
+    def broken(*_args: Any) -> Any:
+        raise RuntimeError("adopt broke")
+
+    acc.adopt = broken  # type: ignore[method-assign,assignment]
+    release.set()
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    failed = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(failed) == spilled  # the others went through
+    assert all(isinstance(e, JournalError) and "adopt broke" in str(e) for e in failed)
+    assert in_use(producer) == 0  # the buffer granted for the record that broke went back
+    await producer.close()
+    assert len(owed(tmp_path)) == spilled  # still owed: the next producer sends them
