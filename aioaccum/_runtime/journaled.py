@@ -254,6 +254,7 @@ class JournaledAccumulator(RecordAccumulator):
         RecordAccumulator.close(self)
 
     def close_now(self) -> None:
+        """Refuse new records now (the spill's task, once its last record is in)."""
         RecordAccumulator.close(self)
 
     def has_unended(self) -> bool:

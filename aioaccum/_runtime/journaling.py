@@ -220,4 +220,3 @@ async def close_journal(acc: RecordAccumulator | None) -> None:
     if acc.syncer is not None:
         await acc.syncer.close()
     acc.close_journal()
-
