@@ -41,7 +41,7 @@ from aioaccum._runtime.from_thread import (
     wait_for_topic_from_thread,
 )
 from aioaccum._runtime.hooks import SendHooks
-from aioaccum._runtime.journaled import journal_room
+from aioaccum._runtime.journaled import journal_room, load_spilled, spilled_records
 from aioaccum._runtime.journaling import JournaledAccumulator, close_journal, start_journal
 from aioaccum._runtime.loops import LOOP_BUSY, LOOP_STOPPED, close_kafka, read_on
 from aioaccum._runtime.pool import BufferPool
@@ -821,6 +821,7 @@ class Producer:
         sender.wakeup()
         try:
             async with asyncio.timeout(timeout):
+                pending += await load_spilled(acc, sender)  # records on disk alone, first
                 while any(not b.is_finished for b in pending):
                     if sender.fatal_error is not None:
                         raise ProducerFailedError(
@@ -843,13 +844,13 @@ class Producer:
         return list(partitions)
 
     def pending_records(self) -> int:
-        """How many records were accepted by :meth:`send` and have not ended yet (neither
-        acknowledged nor failed): what a :meth:`flush` now would wait for. 0 before
-        :meth:`start`."""
+        """Records :meth:`send` accepted that have not ended (neither acknowledged nor failed),
+        spilled ones included: what a :meth:`flush` now would wait for; 0 before start."""
         acc = self._acc
         if acc is None:
             return 0
-        return sum(b.record_count for b in acc.incomplete_batches() if not b.is_done)
+        return sum(b.record_count for b in acc.incomplete_batches() if not b.is_done) + (
+            spilled_records(acc))
 
     def metrics(self) -> dict[str, float]:
         """Java-named producer-level metrics (``record-send-rate``, ``bufferpool-wait-ratio``,

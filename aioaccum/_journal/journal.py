@@ -230,6 +230,11 @@ class Journal:
     def bytes_on_disk(self) -> int:
         return sum(s.size for s in self._segments)
 
+    @property
+    def head(self) -> Segment | None:
+        """The newest segment, where entries go (None before the first)."""
+        return self._head
+
     def head_room(self) -> int:
         """Bytes entries may still take in the newest segment (-1: none open)."""
         head = self._head

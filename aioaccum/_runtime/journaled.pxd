@@ -24,6 +24,8 @@ cdef class JournaledAccumulator(RecordAccumulator):
     cdef public list room_waiters
     cdef public object room_freed
     cdef public double thread_block
+    cdef public object spill
+    cdef public bint spilling
     # Instance attributes beyond these fields: tests wrap methods of a running accumulator.
     cdef dict __dict__
 

@@ -14,6 +14,11 @@ is full) before the batch takes the record, so every error the disk or ``journal
 raise comes while nothing has been taken, and a ``send()`` that raises never delivers. Once the
 batch holds the record, the journal's write is a copy into memory already reserved.
 
+Memory: when the pool has no room for a record, it is not made to wait for memory: having
+been journaled, it waits on disk alone, spilled (see :mod:`aioaccum._runtime.spill`), and so do
+the records after it until the spill has caught up; :meth:`JournaledAccumulator.adopt` appends
+them back, each with the future its ``send()`` returned.
+
 Compiled (see the ``.pxd``): one record per ``send()`` crosses this class, and Python's
 overhead here was most of the journal's price.
 """
@@ -34,7 +39,10 @@ from aioaccum._journal.entries import ENTRY_HEADER
 from aioaccum._journal.journal import Journal
 from aioaccum.errors import JournalError, JournalFullError
 
-__all__ = ["JOURNAL_ROOM", "JournaledAccumulator", "entry_bound", "journal_full", "journal_room"]
+__all__ = [
+    "JOURNAL_ROOM", "JournaledAccumulator", "entry_bound", "journal_full", "journal_room",
+    "load_spilled", "spilled_records",
+]
 
 # What append() answers a coroutine whose record the full journal cannot take now: a request
 # for journal room rather than memory (size 0), which the producer's wait for memory turns
@@ -103,6 +111,10 @@ class JournaledAccumulator(RecordAccumulator):
         # Threads waiting for journal room (send_from_thread), up to max_block_ms.
         self.room_freed = threading.Condition(self.journal_lock)
         self.thread_block = 60.0  # set from max_block_ms by start_journal
+        # Records beyond buffer_memory wait in the journal alone (see spill.py): set by
+        # start_journal; ``spilling`` while any does, so that later records queue behind them.
+        self.spill: Any = None
+        self.spilling = False
 
     # --- records in
 
@@ -152,11 +164,26 @@ class JournaledAccumulator(RecordAccumulator):
             # What is left of the newest segment, counted without asking it: each record takes
             # at most its bound; seals and outcomes, which write too, reset the count.
             self._room -= needed
+            if self.spilling and seq < 0:
+                # Records wait on disk for the pool: this one queues behind them, in order.
+                if granted is not None:
+                    self._pool.deallocate(granted[1], granted[0].size)
+                spilled: RecordFuture = self.spill.add(
+                    topic, partition, timestamp, key, value, headers, record_size, partitions,
+                    cluster, for_thread, -1, False)
+                return spilled
             appended = RecordAccumulator.append(
                 self, topic, partition, timestamp, key, value, headers, record_size,
                 partitions, cluster, now, granted, for_thread,
             )
             if type(appended) is BufferRequest:
+                if seq < 0 and self.spill is not None:
+                    # No memory: rather than wait for it, the record waits on disk alone.
+                    request: BufferRequest = appended
+                    spilled = self.spill.add(
+                        topic, partition, timestamp, key, value, headers, record_size,
+                        partitions, cluster, for_thread, request.partition, request.sticky)
+                    return spilled
                 return appended
             future = cast(RecordFuture, appended)
             result = future._result  # just appended: not done
@@ -177,6 +204,71 @@ class JournaledAccumulator(RecordAccumulator):
         finally:
             if threaded:
                 lock.release()
+
+    def adopt(self, seq: int, future: RecordFuture, topic: str, partition: int,
+              timestamp: int, key: bytes | None, value: bytes | None,
+              headers: Sequence[Header], record_size: int, partitions: Sequence[int],
+              cluster: ClusterView, granted: tuple[BufferRequest, bytearray] | None = None,
+              unread: int = 0) -> RecordFuture | BufferRequest:
+        """Append a spilled record read back from the journal (entry ``seq``): ``future``, the
+        one its ``send()`` returned, follows it into the batch. The caller holds the journal's
+        lock when threads append (the spill's task does). ``unread`` records of the partition
+        before this one did not read back: their outcome (failed) is journaled with this
+        batch's, so that the partition's outcomes still count off its records in order.
+
+        Returns:
+            ``future``, or the :class:`BufferRequest` when the pool has no room for it.
+        """
+        appended = RecordAccumulator.append(
+            self, topic, partition, timestamp, key, value, headers, record_size, partitions,
+            cluster, -1.0, granted, False)
+        if type(appended) is BufferRequest:
+            return appended
+        made = cast(RecordFuture, appended)
+        result = made._result
+        # The batch made a future of its own for the record, last in its list (nothing else
+        # appended meanwhile, under the lock): the spilled record's future takes its place,
+        # as a split moves one.
+        found = self._ranges.get(result)
+        if found is None:
+            batch = self._batches[result.tp][-1]
+            found = self._ranges[result] = _Range(batch, seq)
+            found.count += unread
+            result.add_listener(self._ended)
+        else:
+            batch = found.batch
+            found.last = seq
+            found.count += 1 + unread
+        futures = batch._futures
+        futures[len(futures) - 1] = future
+        future.retarget(result, made._relative_offset)
+        return future
+
+    def close(self) -> None:
+        """Refuse new records; while some wait on disk, the spill's task still appends them
+        and closes the accumulator once the last is in (the sender runs until then)."""
+        spill = self.spill
+        if spill is not None and self.spilling:
+            spill.closing = True
+            return
+        RecordAccumulator.close(self)
+
+    def close_now(self) -> None:
+        """Refuse new records now (the spill's task, once its last record is in)."""
+        RecordAccumulator.close(self)
+
+    def has_unended(self) -> bool:
+        return self.spilling or RecordAccumulator.has_unended(self)
+
+    def abort_unended(self, error: BaseException) -> list[ProducerBatch]:
+        """The last step of a stop: spilled records stay owed (their futures fail with
+        ``ProducerClosedError``), then the batches end as without a journal."""
+        spill = self.spill
+        if spill is not None:
+            spill.abandon()
+        RecordAccumulator.close(self)
+        aborted: list[ProducerBatch] = RecordAccumulator.abort_unended(self, error)
+        return aborted
 
     def _reserve(self, needed: int, wait: bool) -> None:
         """:meth:`Journal.reserve`; with ``wait`` (a thread's append, which holds the journal's
@@ -318,3 +410,23 @@ async def journal_room(
             return cast(FutureRecordMetadata, await producer._append_after_wait(
                 acc, appended, left_ms, topic, partition, timestamp, key, value, headers, size,
                 partitions, kafka))
+
+
+async def load_spilled(acc: RecordAccumulator, sender: Any) -> list[ProducerBatch]:
+    """For ``flush()``: wait until the records spilled before the call are in batches (the
+    sender's progress makes room for them), then return the batches to wait for; at once and
+    empty without a journal, or with nothing spilled."""
+    if not isinstance(acc, JournaledAccumulator) or not acc.spilling:
+        return []
+    spill = acc.spill
+    mark = spill.spilled
+    while spill.loaded < mark and sender.fatal_error is None and not sender.stopped:
+        await sender.wait_for_progress()
+    return acc.incomplete_batches()
+
+
+def spilled_records(acc: RecordAccumulator) -> int:
+    """Records on disk alone now (0 without a journal)."""
+    if not isinstance(acc, JournaledAccumulator) or acc.spill is None:
+        return 0
+    return int(acc.spill.pending)

@@ -8,6 +8,9 @@ every ``journal_sync_ms``; ``always`` makes each ``send()`` wait for a sync cove
 one sync at a time shared by every sender waiting (a group commit). The loop never blocks on the
 disk's flush.
 
+:class:`~aioaccum._runtime.spill.Spill` keeps the records beyond ``buffer_memory`` on disk
+alone and appends them as the pool gets room (started here, stopped at close).
+
 :func:`resend_recovered` re-appends what a previous producer left owed, before anything new, in
 the order of acceptance (so in order per partition), with keys, headers and timestamps, under
 this producer's id: at-least-once for the records the broker may already have.
@@ -28,6 +31,7 @@ from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
 from aioaccum._journal.journal import Journal, sync_files
 from aioaccum._runtime.journaled import JournaledAccumulator
+from aioaccum._runtime.spill import Spill
 from aioaccum.config.producer_config import ProducerConfig
 
 __all__ = [
@@ -201,6 +205,8 @@ async def start_journal(acc: JournaledAccumulator, kafka: Any, pool: Any,
         acc.syncer = JournalSyncer(acc, cfg.journal_sync, cfg.journal_sync_ms / 1000, loop)
         acc.syncer.start()
     recovered = await resend_recovered(acc, kafka, pool)
+    acc.spill = Spill(acc, kafka, pool, loop)  # from now on, no send() waits for memory
+    acc.spill.start()
     syncer = acc.syncer
     return (syncer if syncer is not None and syncer.mode == "always" else None), recovered
 
@@ -209,6 +215,8 @@ async def close_journal(acc: RecordAccumulator | None) -> None:
     """After the sender stopped: a last sync, then let the folder go."""
     if not isinstance(acc, JournaledAccumulator):
         return
+    if acc.spill is not None:
+        await acc.spill.stop()  # what is still spilled stays owed
     if acc.syncer is not None:
         await acc.syncer.close()
     acc.close_journal()
