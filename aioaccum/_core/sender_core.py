@@ -368,9 +368,14 @@ class SenderCore:
             # after a failed batch, when the transaction is aborted.
             return _INF
         if txn.has_producer_id:
-            dropped = self._acc.take_possibly_written()
-            for batch in dropped:
-                self._fail_batch(batch, self._unknown_outcome_error(batch))
+            dropped = []
+            for batch in self._acc.take_possibly_written():
+                if txn.is_foreign(batch):
+                    # Its identity is not the one starting over: the broker still tells a copy.
+                    self._acc.reenqueue(batch, now, 0.0)
+                else:
+                    dropped.append(batch)
+                    self._fail_batch(batch, self._unknown_outcome_error(batch))
             if txn.bump_epoch():
                 restamped = self._acc.restamp_sequences()
                 producer = txn.producer
@@ -529,13 +534,22 @@ class SenderCore:
         if isinstance(error, BrokerError) and error.errno in _MAYBE_WRITTEN:
             batch.possibly_written = True
         decision = self.decide(batch, error, now)
+        txn = self._txn
+        # A batch re-sent under an earlier producer's identity (after a crash, from the
+        # journal) that the broker no longer knows goes again under this producer's id, first
+        # in its partition, at once; one too large for the broker splits under it.
+        if txn is not None and decision is Decision.SPLIT:
+            txn.disown(batch, error)
+        elif txn is not None and decision is Decision.BUMP_EPOCH and txn.disown(batch, error):
+            self._acc.reenqueue(batch, now, 0.0)
+            return
         if decision is Decision.SPLIT:
             self._metrics.record_split()
             self._acc.split_and_reenqueue(batch, now, self._backoff(batch.attempts + 1))
             return
         if decision is Decision.BUMP_EPOCH:
-            assert self._txn is not None
-            self._txn.request_reset()  # re-sent in its original order under the new epoch
+            assert txn is not None
+            txn.request_reset()  # re-sent in its original order under the new epoch
         if decision is Decision.FAIL:
             if batch.has_reached_delivery_timeout(self._delivery_timeout, now):
                 self._fail_batch(batch, self._delivery_timeout_error(batch, now, cause=error))

@@ -103,6 +103,7 @@ class JournaledAccumulator(RecordAccumulator):
         # Threads waiting for journal room (send_from_thread), up to max_block_ms.
         self.room_freed = threading.Condition(self.journal_lock)
         self.thread_block = 60.0  # set from max_block_ms by start_journal
+        self.recovery_report: Any = None  # what start_journal recovered (a RecoveryReport)
 
     # --- records in
 
@@ -213,14 +214,19 @@ class JournaledAccumulator(RecordAccumulator):
             txn = self._txn
             if not drained or txn is None:
                 return drained
-            producer = txn.producer
             ranges = self._ranges
             for batches in drained.values():
                 for batch in batches:
                     found = ranges.get(batch.result)
                     if found is None or batch.base_sequence < 0:
                         continue
-                    state = (producer.producer_id, producer.epoch, batch.base_sequence)
+                    if found.batch is not batch:
+                        # A part of a split batch: the journal knows only the whole range, and
+                        # a part's sequence is not the whole's (its last seal stands).
+                        continue
+                    # The batch's own stamp: a recovered batch keeps an earlier producer's.
+                    builder = batch.builder
+                    state = (builder.producer_id, builder.producer_epoch, batch.base_sequence)
                     if found.sealed != state:
                         # First sent, or re-stamped after an epoch bump: the last seal counts.
                         found.sealed = state
