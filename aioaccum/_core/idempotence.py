@@ -87,6 +87,7 @@ class TransactionManager:
         # Pre-stamped batches under an earlier producer's identity, and how many per partition.
         self._foreign: set[ProducerBatch] = set()
         self._foreign_on: dict[TopicPartition, int] = {}
+        self._parked: dict[TopicPartition, list[ProducerBatch]] = {}
         self.on_disowned: Callable[[ProducerBatch, BaseException], None] | None = None
         """Told of each foreign batch :meth:`disown` made this producer's own."""
 
@@ -143,17 +144,80 @@ class TransactionManager:
             del self._foreign_on[batch.tp]
         return True
 
-    def disown(self, batch: ProducerBatch, error: BaseException) -> bool:
-        """A foreign batch the broker no longer knows under its old identity (``error`` says
-        how): it becomes this producer's, without a sequence until its next drain stamps one.
-        At least once: the broker may hold a copy it can no longer recognise. False (and
-        nothing done) for a batch of this producer's own."""
-        if not self._release(batch):
+    @staticmethod
+    def _same_identity(a: ProducerBatch, b: ProducerBatch) -> bool:
+        return (a.builder.producer_id == b.builder.producer_id
+                and a.builder.producer_epoch == b.builder.producer_epoch)
+
+    def park(self, batch: ProducerBatch) -> bool:
+        """Set aside a foreign batch answered ``OUT_OF_ORDER_SEQUENCE_NUMBER`` while a later
+        foreign batch of its partition under the same identity is still to be answered.
+
+        The broker remembers the last five batches per producer and partition: an older one
+        that it wrote is refused as out of order, not recognised. Sequences are written without
+        gaps, so the later batch's answer settles it: written or a duplicate, then so was this
+        one (:meth:`written_before`); refused too, then neither was (:meth:`disown`). False
+        (nothing done) when no later batch can tell.
+        """
+        if not self.is_foreign(batch):
             return False
+        parked = self._parked.get(batch.tp, ())
+        for other in self._foreign:
+            if (other.tp == batch.tp and other.base_sequence > batch.base_sequence
+                    and other not in parked and self._same_identity(other, batch)):
+                self._parked.setdefault(batch.tp, []).append(batch)
+                return True
+        return False
+
+    def _take_parked(self, batch: ProducerBatch) -> list[ProducerBatch]:
+        """The parked batches before ``batch`` under its identity, in order, no longer
+        parked (still foreign)."""
+        parked = self._parked.get(batch.tp)
+        if not parked or not self.is_foreign(batch):
+            return []
+        earlier = [p for p in parked if p.base_sequence < batch.base_sequence
+                   and self._same_identity(p, batch)]
+        if earlier:
+            kept = [p for p in parked if p not in earlier]
+            if kept:
+                self._parked[batch.tp] = kept
+            else:
+                del self._parked[batch.tp]
+        return earlier
+
+    def written_before(self, batch: ProducerBatch) -> list[ProducerBatch]:
+        """A foreign batch was written (or was a duplicate): the parked batches before it under
+        its identity were written too. Returns them, in order, for the caller to complete (and
+        :meth:`mark_acknowledged`)."""
+        return self._take_parked(batch)
+
+    def unpark(self, batch: ProducerBatch, error: BaseException) -> list[ProducerBatch]:
+        """A foreign batch ends without a verdict on the parked batches before it: they become
+        this producer's (see :meth:`disown`). Returns them, in order, for the caller to queue."""
+        earlier = self._take_parked(batch)
+        for p in earlier:
+            self._release(p)
+            self._make_own(p, error)
+        return earlier
+
+    def disown(self, batch: ProducerBatch, error: BaseException) -> list[ProducerBatch]:
+        """A foreign batch the broker no longer knows under its old identity (``error`` says
+        how): it becomes this producer's, without a sequence until its next drain stamps one,
+        and so do the batches parked before it. At least once: the broker may hold a copy it
+        can no longer recognise. Returns them, in order (``batch`` last), for the caller to
+        queue; empty (nothing done) for a batch of this producer's own."""
+        if not self.is_foreign(batch):
+            return []
+        disowned = self.unpark(batch, error)
+        self._release(batch)
+        self._make_own(batch, error)
+        disowned.append(batch)
+        return disowned
+
+    def _make_own(self, batch: ProducerBatch, error: BaseException) -> None:
         batch.base_sequence = NO_SEQUENCE
         if self.on_disowned is not None:
             self.on_disowned(batch, error)
-        return True
 
     # --- this producer's batches
 

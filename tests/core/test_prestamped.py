@@ -114,3 +114,65 @@ def test_a_new_epoch_of_the_current_id_leaves_prestamped_batches_as_they_are() -
     resent = {b.tp: b for r in h.produce(T0 + 1) for b in r.batches}
     assert stamp(resent[TP0]) == OLD
     assert stamp(resent[TP1]) == (1000, 1, 0)
+
+
+def three_adopted() -> tuple[Harness, list[ProducerBatch], list[FutureRecordMetadata]]:
+    """Three batches of two records on t-0, pre-stamped with sequences 500, 502 and 504."""
+    h, first, futures = adopted()
+    assert h.txn is not None
+    batches = [first]
+    for sequence in (502, 504):
+        futures += h.append(TP0, T0, 2)
+        batch = h.acc._batches[TP0][-1]
+        batch.close()
+        h.txn.adopt(batch, 77, 3, sequence)
+        batches.append(batch)
+    return h, batches, futures
+
+
+def test_out_of_order_batches_before_a_duplicate_were_written_and_succeed() -> None:
+    # The broker remembers five batches per producer: older ones it wrote come back out of
+    # order. The first later batch it recognises proves them written (no gaps in sequences).
+    h, batches, futures = three_adopted()
+    assert h.txn is not None
+    disowned: list[ProducerBatch] = []
+    h.txn.on_disowned = lambda batch, _error: disowned.append(batch)
+    gap = broker(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    for expected in batches[:2]:
+        node, sent = h.one_batch(TP0, T0)
+        assert sent is expected
+        h.core.on_produce_response(node, [sent], {TP0: Answer(gap)}, T0)
+        assert not any(f.done() for f in futures)  # set aside, not re-sent
+    node, last = h.one_batch(TP0, T0)
+    assert last is batches[2]
+    duplicate = broker(Errors.DUPLICATE_SEQUENCE_NUMBER)
+    h.core.on_produce_response(node, [last], {TP0: Answer(duplicate, base_offset=80)}, T0)
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert disowned == []
+    assert not h.txn.has_acknowledged(TP0)
+    assert h.produce(T0) == []  # nothing left: no batch went twice
+    h.append(TP0, T0)
+    _, own = h.one_batch(TP0, T0)
+    assert stamp(own) == (1000, 0, 0)
+
+
+def test_out_of_order_batches_up_to_the_last_go_again_in_order_under_the_current_id() -> None:
+    # A gap before them (the batch ahead was never written): none of them can be written
+    # under the old id, so all go under this producer's, in their order.
+    h, batches, futures = three_adopted()
+    assert h.txn is not None
+    disowned: list[ProducerBatch] = []
+    h.txn.on_disowned = lambda batch, _error: disowned.append(batch)
+    gap = broker(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    for expected in batches:
+        node, sent = h.one_batch(TP0, T0)
+        assert sent is expected
+        h.core.on_produce_response(node, [sent], {TP0: Answer(gap)}, T0)
+    assert disowned == batches
+    assert not h.txn.needs_reset
+    for sequence, expected in zip((0, 2, 4), batches, strict=True):
+        node, sent = h.one_batch(TP0, T0)
+        assert sent is expected
+        assert stamp(sent) == (1000, 0, sequence)
+        h.core.on_produce_response(node, [sent], {TP0: Answer(base_offset=sequence)}, T0)
+    assert [f.result().offset for f in futures] == list(range(6))
