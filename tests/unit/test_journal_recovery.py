@@ -226,3 +226,31 @@ async def test_a_seal_whose_records_are_not_all_owed_any_more_goes_under_the_new
     assert values(fake, TP0)[3:] == [(b"a1", new), (b"a3", new), (b"a4", new)]
     assert [v for v, _ in values(fake, TP1)] == [b"b0", b"b1", b"b2"]  # t-1 as sealed
     assert owed(tmp_path) == []
+
+
+async def test_a_restart_killed_while_resending_leaves_them_under_the_first_id(
+    tmp_path: pathlib.Path,
+) -> None:
+    fake, old = await crash_leaving_owed(tmp_path)
+    fake.gate = hold  # the second producer's requests never get an answer either
+    second, _ = make(tmp_path, fake)
+    await second.start()
+    await until(lambda: sent_records(fake, TP0) == 5 + 2)
+    await second.close(timeout=0)
+    journal = Journal.open(tmp_path, segment_bytes=SEGMENT, max_bytes=1 << 30)
+    try:
+        # Not sealed again under the second producer's id: the next restart still sends them
+        # as the broker knows them.
+        assert {s.producer_id for s in journal.recovery.sealed if s.partition == 0} == {old}
+    finally:
+        journal.close()
+    fake.gate = None
+    fake.script.clear()
+    third, _ = make(tmp_path, fake)
+    async with third:
+        assert third.journal_recovered == 7
+        await third.flush()
+        assert third.journal_at_least_once == 0
+    assert [v for v, _ in values(fake, TP0)] == [b"a0", b"a1", b"a2", b"a3", b"a4"]
+    assert [v for v, _ in values(fake, TP1)] == [b"b0", b"b1", b"b2"]
+    assert owed(tmp_path) == []
