@@ -42,7 +42,7 @@ from aioaccum._runtime.from_thread import (
 )
 from aioaccum._runtime.hooks import SendHooks
 from aioaccum._runtime.journaled import journal_room, load_spilled, spilled_records
-from aioaccum._runtime.journaling import JournaledAccumulator, close_journal, start_journal
+from aioaccum._runtime.journaling import at_least_once, close_journal, start_journal
 from aioaccum._runtime.loops import LOOP_BUSY, LOOP_STOPPED, close_kafka, read_on
 from aioaccum._runtime.pool import BufferPool
 from aioaccum._runtime.send_records import RecordLike, send_records
@@ -138,6 +138,8 @@ class Producer:
         self.journal_recovered = 0
         """Records a previous producer left in ``journal_dir``, sent again at :meth:`start`."""
 
+    journal_at_least_once = property(at_least_once)
+
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
         """Build from Java-style properties (``{"bootstrap.servers": ..., "linger.ms": 5}``)."""
@@ -171,17 +173,14 @@ class Producer:
         await kafka.start()
         self._kafka = kafka
         self._pool, self._acc, self._sender, txn = build_machinery(
-            cfg, kafka, self._partitioner, self._metrics, self._loop
-        )
+            cfg, kafka, self._partitioner, self._metrics, self._loop)
         # The sender's tasks, and every task they start, carry this producer in their context.
         context = contextvars.copy_context()
         context.run(_SENDER_OF.set, self)
         self._sender_task = asyncio.get_running_loop().create_task(
-            self._sender.run(), name="aioaccum-sender", context=context
-        )
-        if isinstance(self._acc, JournaledAccumulator):  # owed records go before any new one
-            self._journal, self.journal_recovered = await start_journal(
-                self._acc, kafka, self._pool, cfg)
+            self._sender.run(), name="aioaccum-sender", context=context)
+        self._journal, self.journal_recovered = await start_journal(  # owed ones go first
+            self._acc, kafka, self._pool, cfg)
         self._parts = (kafka, self._acc, self._sender)
         self._move(ProducerState.RUNNING)
         if cfg.otel_metrics:

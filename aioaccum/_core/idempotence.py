@@ -7,9 +7,20 @@ stamped once, when it is first drained, and keeps its sequence across retries.
 Everything known about one partition lives in its :class:`TopicPartitionEntry`, as in Kafka: the
 next sequence to hand out, the last sequence the broker acknowledged, and the batches in flight
 by first sequence. A new producer id or epoch starts every entry over.
+
+Pre-stamped batches: a producer with a journal re-sends, after a crash, the batches its
+predecessor had sealed, under the predecessor's producer id, epoch and base sequence, so that the
+broker recognises the copies it already holds (:meth:`TransactionManager.adopt`). Such a batch is
+*foreign*: it is never re-stamped, and nothing it does touches this producer's own sequence
+state. While a partition has one, this producer's batches of that partition wait (see
+:meth:`TransactionManager.has_acknowledged`). When the broker no longer knows the old identity,
+:meth:`TransactionManager.disown` makes the batch this producer's own: stamped at its next drain,
+delivered at least once.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from aioaccum._core.batch import ProducerBatch
 from aioaccum._core.cluster import TopicPartition
@@ -73,6 +84,12 @@ class TransactionManager:
         self.transactional = transactional_id is not None
         self.batch_error: BaseException | None = None
         """The first error a batch ended with since the transaction began (transactional)."""
+        # Pre-stamped batches under an earlier producer's identity, and how many per partition.
+        self._foreign: set[ProducerBatch] = set()
+        self._foreign_on: dict[TopicPartition, int] = {}
+        self._parked: dict[TopicPartition, list[ProducerBatch]] = {}
+        self.on_disowned: Callable[[ProducerBatch, BaseException], None] | None = None
+        """Told of each foreign batch :meth:`disown` made this producer's own."""
 
     def set_producer_id_and_epoch(self, producer_id: int, epoch: int) -> None:
         """Adopt a new id/epoch: the broker tracks sequences from 0 again for it."""
@@ -92,12 +109,120 @@ class TransactionManager:
         Until it has, the broker keeps no sequence state for this producer on ``tp`` and takes
         whatever sequence comes first; a second batch in flight could then overtake a first
         one that failed. So the sender keeps one batch in flight per such partition.
+
+        False too while ``tp`` has a foreign batch: one at a time goes, in order, and this
+        producer's first batch of ``tp`` only after the last of them has its answer.
         """
+        if self._foreign_on and tp in self._foreign_on:
+            return False
         entry = self._partitions.get(tp)
         return entry is not None and entry.last_acked_sequence != NO_SEQUENCE
 
+    # --- batches pre-stamped under an earlier producer id
+
+    def adopt(self, batch: ProducerBatch, producer_id: int, epoch: int,
+              base_sequence: int) -> None:
+        """Stamp ``batch`` with an earlier producer's id, epoch and base sequence, for good
+        (until :meth:`disown`): a journaled batch re-sent after a crash exactly as it was
+        sealed, so that the broker answers a copy it has as a duplicate."""
+        batch.set_producer_state(producer_id, epoch, base_sequence, self.transactional)
+        self._foreign.add(batch)
+        self._foreign_on[batch.tp] = self._foreign_on.get(batch.tp, 0) + 1
+
+    def is_foreign(self, batch: ProducerBatch) -> bool:
+        return bool(self._foreign) and batch in self._foreign
+
+    def _release(self, batch: ProducerBatch) -> bool:
+        """Forget a foreign batch; False if ``batch`` is not one."""
+        if not self._foreign or batch not in self._foreign:
+            return False
+        self._foreign.discard(batch)
+        left = self._foreign_on[batch.tp] - 1
+        if left:
+            self._foreign_on[batch.tp] = left
+        else:
+            del self._foreign_on[batch.tp]
+        return True
+
+    @staticmethod
+    def _same_identity(a: ProducerBatch, b: ProducerBatch) -> bool:
+        return (a.builder.producer_id == b.builder.producer_id
+                and a.builder.producer_epoch == b.builder.producer_epoch)
+
+    def park(self, batch: ProducerBatch) -> bool:
+        """Set aside a foreign batch answered ``OUT_OF_ORDER_SEQUENCE_NUMBER`` while a later
+        foreign batch of its partition under the same identity is still to be answered.
+
+        The broker remembers the last five batches per producer and partition: an older one
+        that it wrote is refused as out of order, not recognised. Sequences are written without
+        gaps, so the later batch's answer settles it: written or a duplicate, then so was this
+        one (:meth:`written_before`); refused too, then neither was (:meth:`disown`). False
+        (nothing done) when no later batch can tell.
+        """
+        if not self.is_foreign(batch):
+            return False
+        parked = self._parked.get(batch.tp, ())
+        for other in self._foreign:
+            if (other.tp == batch.tp and other.base_sequence > batch.base_sequence
+                    and other not in parked and self._same_identity(other, batch)):
+                self._parked.setdefault(batch.tp, []).append(batch)
+                return True
+        return False
+
+    def _take_parked(self, batch: ProducerBatch) -> list[ProducerBatch]:
+        """The parked batches before ``batch`` under its identity, in order, no longer
+        parked (still foreign)."""
+        parked = self._parked.get(batch.tp)
+        if not parked or not self.is_foreign(batch):
+            return []
+        earlier = [p for p in parked if p.base_sequence < batch.base_sequence
+                   and self._same_identity(p, batch)]
+        if earlier:
+            kept = [p for p in parked if p not in earlier]
+            if kept:
+                self._parked[batch.tp] = kept
+            else:
+                del self._parked[batch.tp]
+        return earlier
+
+    def written_before(self, batch: ProducerBatch) -> list[ProducerBatch]:
+        """A foreign batch was written (or was a duplicate): the parked batches before it under
+        its identity were written too. Returns them, in order, for the caller to complete (and
+        :meth:`mark_acknowledged`)."""
+        return self._take_parked(batch)
+
+    def unpark(self, batch: ProducerBatch, error: BaseException) -> list[ProducerBatch]:
+        """A foreign batch ends without a verdict on the parked batches before it: they become
+        this producer's (see :meth:`disown`). Returns them, in order, for the caller to queue."""
+        earlier = self._take_parked(batch)
+        for p in earlier:
+            self._release(p)
+            self._make_own(p, error)
+        return earlier
+
+    def disown(self, batch: ProducerBatch, error: BaseException) -> list[ProducerBatch]:
+        """A foreign batch the broker no longer knows under its old identity (``error`` says
+        how): it becomes this producer's, without a sequence until its next drain stamps one,
+        and so do the batches parked before it. At least once: the broker may hold a copy it
+        can no longer recognise. Returns them, in order (``batch`` last), for the caller to
+        queue; empty (nothing done) for a batch of this producer's own."""
+        if not self.is_foreign(batch):
+            return []
+        disowned = self.unpark(batch, error)
+        self._release(batch)
+        self._make_own(batch, error)
+        disowned.append(batch)
+        return disowned
+
+    def _make_own(self, batch: ProducerBatch, error: BaseException) -> None:
+        batch.base_sequence = NO_SEQUENCE
+        if self.on_disowned is not None:
+            self.on_disowned(batch, error)
+
+    # --- this producer's batches
+
     def add_in_flight(self, batch: ProducerBatch) -> None:
-        if batch.base_sequence >= 0:
+        if batch.base_sequence >= 0 and not self.is_foreign(batch):
             self.entry(batch.tp).in_flight[batch.base_sequence] = batch
 
     def remove_in_flight(self, batch: ProducerBatch) -> None:
@@ -107,7 +232,7 @@ class TransactionManager:
 
     def mark_acknowledged(self, batch: ProducerBatch) -> None:
         """The broker wrote ``batch`` (or had written it before) under the current id."""
-        if batch.base_sequence < 0:
+        if batch.base_sequence < 0 or self._release(batch):
             return
         last = (batch.base_sequence + batch.record_count - 1) % _SEQUENCE_SPACE
         self.entry(batch.tp).last_acked_sequence = last
@@ -123,8 +248,8 @@ class TransactionManager:
         earlier attempt may have been written, and the broker could no longer de-duplicate them.
         """
         entry = self._partitions.get(batch.tp)
-        if entry is None:
-            return False
+        if entry is None or self.is_foreign(batch):
+            return False  # a foreign batch goes alone: nothing of its partition is ahead
         sequence = batch.base_sequence
         if any(earlier < sequence for earlier in entry.in_flight):
             return True  # the batch ahead is still on its way: its answer decides
@@ -133,7 +258,9 @@ class TransactionManager:
 
     def on_batch_failed(self, batch: ProducerBatch, error: BaseException) -> None:
         """A batch ended without being written (or with an unknown outcome)."""
-        if batch.base_sequence >= 0:
+        if self._release(batch):
+            pass  # its sequences were never this producer's: nothing here waits for them
+        elif batch.base_sequence >= 0:
             # Its sequence range is never written: later batches must not wait for it.
             self.request_reset()
         if self.transactional and self.batch_error is None:
@@ -176,9 +303,12 @@ class TransactionManager:
     def stamp(self, batch: ProducerBatch, *, again: bool = False) -> None:
         """Give a batch its producer id, epoch and first sequence, once; retries keep them.
 
-        ``again`` re-stamps a batch after a reset, under the new producer id.
+        ``again`` re-stamps a batch after a reset, under the new producer id (never a foreign
+        one: the reset is of this producer's sequences, not of the earlier producer's).
         """
         if (batch.base_sequence >= 0 and not again) or not self.producer.is_valid:
+            return
+        if again and self.is_foreign(batch):
             return
         entry = self.entry(batch.tp)
         sequence = entry.next_sequence

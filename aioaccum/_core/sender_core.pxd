@@ -34,4 +34,6 @@ cdef class SenderCore:
         self, ProducerBatch batch, long long base_offset, long long log_append_time, double now
     )
     cdef _on_batch_error(self, ProducerBatch batch, error, double now, set stale)
+    cdef _foreign_error(self, ProducerBatch batch, error, decision, double now)
+    cdef _on_failed(self, ProducerBatch batch, error, double now)
     cdef _fail_batch(self, ProducerBatch batch, error)

@@ -368,9 +368,14 @@ class SenderCore:
             # after a failed batch, when the transaction is aborted.
             return _INF
         if txn.has_producer_id:
-            dropped = self._acc.take_possibly_written()
-            for batch in dropped:
-                self._fail_batch(batch, self._unknown_outcome_error(batch))
+            dropped = []
+            for batch in self._acc.take_possibly_written():
+                if txn.is_foreign(batch):
+                    # Its identity is not the one starting over: the broker still tells a copy.
+                    self._acc.reenqueue(batch, now, 0.0)
+                else:
+                    dropped.append(batch)
+                    self._fail_batch(batch, self._unknown_outcome_error(batch))
             if txn.bump_epoch():
                 restamped = self._acc.restamp_sequences()
                 producer = txn.producer
@@ -484,8 +489,12 @@ class SenderCore:
     def _complete(
         self, batch: ProducerBatch, base_offset: int, log_append_time: int, now: float
     ) -> None:
-        if self._txn is not None:
-            self._txn.mark_acknowledged(batch)
+        txn = self._txn
+        if txn is not None:
+            # Batches set aside as out of order before a recovered one: written, as it was.
+            for earlier in txn.written_before(batch):
+                self._complete(earlier, -1, -1, now)
+            txn.mark_acknowledged(batch)
         if batch.complete(base_offset, log_append_time):
             self._metrics.record_success(batch, now)
             self.batches_ended += 1
@@ -529,23 +538,66 @@ class SenderCore:
         if isinstance(error, BrokerError) and error.errno in _MAYBE_WRITTEN:
             batch.possibly_written = True
         decision = self.decide(batch, error, now)
+        txn = self._txn
+        if txn is not None and txn.is_foreign(batch) and self._foreign_error(batch, error,
+                                                                            decision, now):
+            return
         if decision is Decision.SPLIT:
             self._metrics.record_split()
             self._acc.split_and_reenqueue(batch, now, self._backoff(batch.attempts + 1))
             return
         if decision is Decision.BUMP_EPOCH:
-            assert self._txn is not None
-            self._txn.request_reset()  # re-sent in its original order under the new epoch
+            assert txn is not None
+            txn.request_reset()  # re-sent in its original order under the new epoch
         if decision is Decision.FAIL:
-            if batch.has_reached_delivery_timeout(self._delivery_timeout, now):
-                self._fail_batch(batch, self._delivery_timeout_error(batch, now, cause=error))
-            else:
-                self._fail_batch(batch, error)
+            self._on_failed(batch, error, now)
             return
         if rule_for(error).refresh_metadata:
             stale.add(batch.tp.topic)
         self._metrics.record_retries(batch.tp.topic, batch.record_count)
         self._acc.reenqueue(batch, now, self._backoff(batch.attempts + 1))
+
+    def _foreign_error(
+        self, batch: ProducerBatch, error: AioAccumError, decision: Decision, now: float
+    ) -> bool:
+        """A batch re-sent under an earlier producer's identity (after a crash, from the
+        journal; see ``TransactionManager.adopt``) was refused; True if that is dealt with.
+
+        Out of order with a later batch of the same identity to go: set aside for its answer.
+        Unknown to the broker otherwise: it goes again under this producer's id, first in its
+        partition, at once (with the batches set aside before it); too large: it splits under
+        this producer's id. Failed for good: the batches set aside before it go again."""
+        txn = self._txn
+        assert txn is not None
+        if decision is Decision.BUMP_EPOCH:
+            if (
+                isinstance(error, BrokerError)
+                and error.errno == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+                and txn.park(batch)
+            ):
+                return True
+            disowned = txn.disown(batch, error)
+            for own in reversed(disowned):
+                self._acc.reenqueue(own, now, 0.0)
+            return True
+        if decision is Decision.SPLIT:
+            earlier = txn.disown(batch, error)[:-1]
+            self._metrics.record_split()
+            self._acc.split_and_reenqueue(batch, now, self._backoff(batch.attempts + 1))
+        elif decision is Decision.FAIL:
+            earlier = txn.unpark(batch, error)
+            self._on_failed(batch, error, now)
+        else:
+            return False
+        for own in reversed(earlier):  # ahead of the batch's own records, in order
+            self._acc.reenqueue(own, now, 0.0)
+        return True
+
+    def _on_failed(self, batch: ProducerBatch, error: BaseException, now: float) -> None:
+        if batch.has_reached_delivery_timeout(self._delivery_timeout, now):
+            self._fail_batch(batch, self._delivery_timeout_error(batch, now, cause=error))
+        else:
+            self._fail_batch(batch, error)
 
     def _fail_batch(self, batch: ProducerBatch, error: BaseException) -> None:
         if batch.possibly_written and isinstance(error, AioAccumError) and not (

@@ -115,6 +115,7 @@ class JournaledAccumulator(RecordAccumulator):
         # start_journal; ``spilling`` while any does, so that later records queue behind them.
         self.spill: Any = None
         self.spilling = False
+        self.recovery_report: Any = None  # what start_journal recovered (a RecoveryReport)
 
     # --- records in
 
@@ -305,14 +306,19 @@ class JournaledAccumulator(RecordAccumulator):
             txn = self._txn
             if not drained or txn is None:
                 return drained
-            producer = txn.producer
             ranges = self._ranges
             for batches in drained.values():
                 for batch in batches:
                     found = ranges.get(batch.result)
                     if found is None or batch.base_sequence < 0:
                         continue
-                    state = (producer.producer_id, producer.epoch, batch.base_sequence)
+                    if found.batch is not batch:
+                        # A part of a split batch: the journal knows only the whole range, and
+                        # a part's sequence is not the whole's (its last seal stands).
+                        continue
+                    # The batch's own stamp: a recovered batch keeps an earlier producer's.
+                    builder = batch.builder
+                    state = (builder.producer_id, builder.producer_epoch, batch.base_sequence)
                     if found.sealed != state:
                         # First sent, or re-stamped after an epoch bump: the last seal counts.
                         found.sealed = state

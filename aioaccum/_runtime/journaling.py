@@ -11,9 +11,11 @@ disk's flush.
 :class:`~aioaccum._runtime.spill.Spill` keeps the records beyond ``buffer_memory`` on disk
 alone and appends them as the pool gets room (started here, stopped at close).
 
-:func:`resend_recovered` re-appends what a previous producer left owed, before anything new, in
-the order of acceptance (so in order per partition), with keys, headers and timestamps, under
-this producer's id: at-least-once for the records the broker may already have.
+:func:`resend_recovered` re-appends what a previous producer left owed, before anything new, with
+keys, headers and timestamps: first the batches it had sealed, rebuilt as they were and sent
+under its producer id, epoch and sequences so that the broker recognises copies it has (see
+:mod:`aioaccum._runtime.recovery`); then, in the order of acceptance, the records it never sealed,
+under this producer's id. So in order per partition.
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
 from aioaccum._journal.journal import Journal, sync_files
 from aioaccum._runtime.journaled import JournaledAccumulator
+from aioaccum._runtime.recovery import RecoveryReport, at_least_once, resend_sealed
 from aioaccum._runtime.spill import Spill
 from aioaccum.config.producer_config import ProducerConfig
 
 __all__ = [
     "JournalSyncer",
     "JournaledAccumulator",
+    "at_least_once",
     "close_journal",
     "open_journal",
     "resend_recovered",
@@ -147,21 +151,33 @@ class JournalSyncer:
 
 
 async def resend_recovered(acc: JournaledAccumulator, kafka: Any, pool: Any) -> int:
-    """Append the records a previous producer left owed, in acceptance order, before anything
-    new; returns how many. Waits for memory as long as it takes (the sender drains meanwhile).
+    """Append the records a previous producer left owed before anything new: its sealed
+    batches as they were, then the rest in acceptance order; returns how many. Waits for memory
+    as long as it takes (the sender drains meanwhile).
     """
     recovery = acc.journal.recovery
     records = recovery.records
+    report = acc.recovery_report = RecoveryReport(acc.journal.folder)
+    if acc._txn is not None:
+        acc._txn.on_disowned = report.disowned
     if not records:
         return 0
     loop = asyncio.get_running_loop()
-    partitions_of: dict[str, Sequence[int]] = {}
-    for record in records:
-        partitions = partitions_of.get(record.topic)
+    known: dict[str, Sequence[int]] = {}
+
+    async def partitions_of(topic: str) -> Sequence[int]:
+        partitions = known.get(topic)
         if partitions is None:
-            partitions = kafka.partitions_for_topic(record.topic) or await kafka.wait_for_topic(
-                record.topic, math.inf)
-            partitions_of[record.topic] = partitions
+            partitions = kafka.partitions_for_topic(topic) or await kafka.wait_for_topic(
+                topic, math.inf)
+            known[topic] = partitions
+        return partitions
+
+    rebuilt = await resend_sealed(acc, pool, records, recovery.sealed, partitions_of, report)
+    for record in records:
+        if record.seq in rebuilt:
+            continue
+        partitions = await partitions_of(record.topic)
         headers = list(record.headers)
         size = estimate_size_in_bytes_upper_bound(record.key, record.value, headers)
         acc._adopting = record.seq
@@ -177,13 +193,13 @@ async def resend_recovered(acc: JournaledAccumulator, kafka: Any, pool: Any) -> 
                            (appended, buffer))
         finally:
             acc._adopting = -1
-    sealed = len(recovery.sealed)
+    report.recovered = len(records)
     log.warning(
         "journal %s: re-sending %d record(s) a previous producer accepted and did not see "
-        "acknowledged (%d in batches it had sealed: the broker may hold those already, so they "
-        "can arrive twice); %d torn and %d corrupt entr(y/ies) skipped",
-        acc.journal.folder, len(records), sum(s.count for s in recovery.sealed) if sealed else 0,
-        recovery.torn_entries, len(recovery.corrupt_entries),
+        "acknowledged (%d in batches it had sent, re-sent under its producer id so that the "
+        "broker drops copies it has); %d torn and %d corrupt entr(y/ies) skipped",
+        acc.journal.folder, len(records), report.rebuilt, recovery.torn_entries,
+        len(recovery.corrupt_entries),
     )
     return len(records)
 
@@ -195,10 +211,13 @@ def open_journal(cfg: ProducerConfig) -> Journal:
                         max_bytes=cfg.journal_max_bytes)
 
 
-async def start_journal(acc: JournaledAccumulator, kafka: Any, pool: Any,
+async def start_journal(acc: RecordAccumulator, kafka: Any, pool: Any,
                         cfg: ProducerConfig) -> tuple[Any, int]:
     """Start syncing and re-send what is owed. Returns what ``send()`` awaits after each
-    record (``always``: the group commit; else None) and how many records were recovered."""
+    record (``always``: the group commit; else None) and how many records were recovered;
+    (None, 0) at once without a journal."""
+    if not isinstance(acc, JournaledAccumulator):
+        return None, 0
     loop = asyncio.get_running_loop()
     acc.thread_block = cfg.max_block_ms / 1000  # send_from_thread's wait for journal room
     if cfg.journal_sync != "none":
@@ -220,3 +239,8 @@ async def close_journal(acc: RecordAccumulator | None) -> None:
     if acc.syncer is not None:
         await acc.syncer.close()
     acc.close_journal()
+    report = acc.recovery_report
+    if report is not None and report.at_least_once:
+        log.warning("journal %s: %d of the %d record(s) recovered at start went again under the "
+                    "new producer id (at least once: the broker may hold them twice)",
+                    report.folder, report.at_least_once, report.recovered)

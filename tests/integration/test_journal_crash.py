@@ -1,11 +1,12 @@
 """kill -9 of a producer process with a journal, several times in a row on the same folder:
-every record whose ``send()`` returned is in the topic afterwards.
+every record whose ``send()`` returned is in the topic afterwards, and none twice.
 
 Each round starts ``tests/faults/journal_child.py`` on the same journal folder (it first re-sends
 what the previous process left owed), lets it offer records flat out, and kills it with SIGKILL
 after a random number of returned sends. A last process only recovers and closes. The topic is
-then read with confluent-kafka; duplicates are counted (re-sending under a new producer id is
-at-least-once for records the broker already had) and printed as the scenario's table.
+then read with confluent-kafka and the scenario's table printed. No record may be there twice:
+the batches a killed process had sent go again under its producer id, epoch and sequences, and
+the broker, which keeps that producer's state, answers the copies it has as duplicates.
 """
 
 from __future__ import annotations
@@ -84,15 +85,24 @@ async def test_kill_9_loses_nothing_send_returned(
     assert last.returncode == 0
     recovered.append(int(out.split()[1]))
 
+    at_least_once = int(out.split()[3])
+
     returned = _returned(returned_file)
+    offered = set(_returned(returned_file.with_name(returned_file.name + ".offered")))
     contents = read_topic(kafka_bootstrap, topic)
     found = Counter({rid: len(pos) for rid, pos in contents.positions.items()})
     lost = [rid for rid in returned if rid not in found]
     duplicated = sum(n - 1 for n in found.values() if n > 1)
     print(
-        f"\nkill -9 x{ROUNDS} | returned from send {len(returned)} | found "
-        f"{len(found)} distinct ({contents.consumed} records) | duplicated {duplicated} | "
-        f"lost {len(lost)} | recovered at each restart {recovered[1:]}"
+        f"\nkill -9 x{ROUNDS} | offered {len(offered)} | returned from send {len(returned)} | "
+        f"found {len(found)} distinct ({contents.consumed} records) | duplicated {duplicated} | "
+        f"lost {len(lost)} | recovered at each restart {recovered[1:]} | at least once "
+        f"(last restart) {at_least_once} | out of order {contents.order_violations}"
     )
     assert lost == []
+    assert set(found) <= offered  # nothing but what was offered
+    assert contents.foreign == 0
+    assert duplicated == 0, [(rid, contents.positions[rid]) for rid, n in found.items()
+                             if n > 1][:20]
+    assert contents.order_violations == 0  # recovered records before new ones, in order
     assert sum(recovered[1:]) > 0  # the kills left owed records, and restarts sent them
