@@ -27,6 +27,8 @@ from pyspark.sql import functions as F
 
 import aioaccum.spark
 
+from ._spark_failing import register as register_failing
+
 if TYPE_CHECKING:
     from conftest import TopicFactory
 
@@ -115,6 +117,48 @@ async def test_a_batch_write_puts_every_row_once(
     assert seen == Counter({b"v-%d" % i: 1 for i in range(1000)})
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+async def test_a_batch_write_failing_mid_partition_then_run_again(
+    spark: SparkSession, kafka_bootstrap: str, topic_factory: TopicFactory, guarantee: str
+) -> None:
+    """A task fails half-way, with rows in the topic; ``local[2]`` does not retry it, so the
+    job fails and the writer's ``abort`` runs. Exactly-once: nothing of the failed job is
+    committed, and running the write again puts every row in once. At-least-once, the
+    negative control: the failed job's rows stay, and the second run duplicates them."""
+    register_failing(spark)
+    topic = await topic_factory(partitions=3)
+    df = rows_df(spark, 1000)
+
+    def write(fmt: str) -> None:
+        writer = (
+            df.write.format(fmt)
+            .mode("append")
+            .option("kafka.bootstrap.servers", kafka_bootstrap)
+            .option("topic", topic)
+            .option("delivery.guarantee", guarantee)
+        )
+        if guarantee == "exactly_once":
+            writer = writer.option("transactional.id.prefix", topic)
+        writer.save()
+
+    with pytest.raises(Exception, match="injected failure half-way"):
+        write("aioaccum-failing")
+    after_failure = await read_values(kafka_bootstrap, topic, "read_committed")
+    written = await read_values(kafka_bootstrap, topic, "read_uncommitted")
+    assert sum(written.values()) >= 1000 // 4 // 2  # at least half of the failed partition
+    if guarantee == "exactly_once":
+        assert after_failure == Counter()
+    else:
+        assert after_failure == written
+    write("aioaccum")
+    seen = await read_values(kafka_bootstrap, topic, "read_committed")
+    assert set(seen) == {b"v-%d" % i for i in range(1000)}
+    if guarantee == "exactly_once":
+        assert max(seen.values()) == 1
+    else:
+        assert sum(seen.values()) - 1000 == sum(after_failure.values()) > 0
+
+
 def test_bad_options_and_columns_are_refused_before_any_task(
     spark: SparkSession, kafka_bootstrap: str
 ) -> None:
@@ -162,7 +206,8 @@ def write_input(directory: Path) -> set[bytes]:
 def driver(
     bootstrap: str, tmp: Path, topic: str, guarantee: str, *, fail: bool = False
 ) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    root = Path(__file__).parents[2]  # the repository, and tests/ for integration._spark_failing
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(root), str(root / "tests")))}
     return subprocess.Popen(
         [
             sys.executable, str(DRIVER), bootstrap, str(tmp / "in"), str(tmp / "checkpoint"),
