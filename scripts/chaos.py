@@ -379,6 +379,8 @@ async def main_async(args: argparse.Namespace) -> int:
     if not bootstrap:
         bootstrap = await start_cluster()
     try:
+        if args.scenario == "journal":
+            return await journal_soak(args, bootstrap, began)
         outcome = await run(args, bootstrap)
     finally:
         if not args.bootstrap:
@@ -387,6 +389,28 @@ async def main_async(args: argparse.Namespace) -> int:
     print(text)
     print(f"chaos: {'PASS' if ok else 'FAIL'} in {time.monotonic() - began:.0f}s", flush=True)
     return 0 if ok else 1
+
+
+async def journal_soak(args: argparse.Namespace, bootstrap: str, began: float) -> int:
+    """The journal's proofs, longer than in the test suite: ``--kills`` kill -9s of a producer
+    process with a journal, in a row on the same folder, then every broker of a cluster of the
+    test's own down for ``--duration`` seconds while records keep coming. Each test prints its
+    table (offered | returned from send | found | duplicated | lost | recovered) and fails on
+    any record lost or doubled."""
+    env = {
+        **os.environ,
+        "AIOACCUM_BOOTSTRAP": bootstrap,
+        "AIOACCUM_JOURNAL_KILLS": str(args.kills),
+        "AIOACCUM_JOURNAL_OUTAGE_S": str(args.duration),
+    }
+    tests = ["tests/integration/test_journal_crash.py", "tests/integration/test_journal_outage.py"]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-s", *tests, env=env
+    )
+    code = await process.wait()
+    verdict = "PASS" if code == 0 else "FAIL"
+    print(f"chaos: journal {verdict} in {time.monotonic() - began:.0f}s", flush=True)
+    return code
 
 
 def main() -> int:
@@ -408,11 +432,15 @@ def main() -> int:
                         help="keep producing until at least this many records were offered")
     parser.add_argument(
         "--scenario",
-        choices=("random", "brokers"),
+        choices=("random", "brokers", "journal"),
         default="random",
         help="random: seeded faults of every kind for --duration; brokers: kill -9 the "
-        "busiest leader and restart it three times, then restart every node in turn",
+        "busiest leader and restart it three times, then restart every node in turn; "
+        "journal: --kills kill -9s of a producer with a journal_dir, then every broker of a "
+        "cluster of its own down for --duration seconds (default 120, or 6 with --short)",
     )
+    parser.add_argument("--kills", type=int, default=None,
+                        help="journal: kill -9s in a row (default 20, or 4 with --short)")
     parser.add_argument("--max-stall", type=float, default=None,
                         help="longest stall/half-open, s (default 30; 8 with --short)")
     parser.add_argument(
@@ -427,7 +455,12 @@ def main() -> int:
     # only restate the faults this run injects.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     if args.duration is None:
-        args.duration = 60.0 if args.short else 300.0
+        if args.scenario == "journal":
+            args.duration = 6.0 if args.short else 120.0
+        else:
+            args.duration = 60.0 if args.short else 300.0
+    if args.kills is None:
+        args.kills = 4 if args.short else 20
     if args.rate is None:
         args.rate = 2000.0 if args.short else 4000.0
     if args.max_stall is None:

@@ -447,7 +447,8 @@ class Sender:
             return
         log.warning(
             "a produce request to broker %d failed (%d batch(es)): %s; retrying until each "
-            "record's delivery_timeout_ms: is the broker up and reachable?%s",
+            "record's delivery_timeout_ms (with journal_dir, until it is delivered): is the "
+            "broker up and reachable?%s",
             node, len(batches), error,
             f" ({held} more failed request(s) to it since the last message)" if held else "",
         )
