@@ -206,13 +206,15 @@ class JournaledAccumulator(RecordAccumulator):
             if threaded:
                 lock.release()
 
-    def adopt(self, seq: int, future: RecordFuture, topic: str, partition: int,
+    def adopt(self, seq: int, future: RecordFuture | None, topic: str, partition: int,
               timestamp: int, key: bytes | None, value: bytes | None,
               headers: Sequence[Header], record_size: int, partitions: Sequence[int],
               cluster: ClusterView, granted: tuple[BufferRequest, bytearray] | None = None,
               unread: int = 0) -> RecordFuture | BufferRequest:
         """Append a spilled record read back from the journal (entry ``seq``): ``future``, the
-        one its ``send()`` returned, follows it into the batch. The caller holds the journal's
+        one its ``send()`` returned, follows it into the batch (None for a record a previous
+        producer left owed: no ``send()`` of this process waits on it, so the batch's own future
+        stays). The caller holds the journal's
         lock when threads append (the spill's task does). ``unread`` records of the partition
         before this one did not read back: their outcome (failed) is journaled with this
         batch's, so that the partition's outcomes still count off its records in order.
@@ -240,6 +242,8 @@ class JournaledAccumulator(RecordAccumulator):
             batch = found.batch
             found.last = seq
             found.count += 1 + unread
+        if future is None:
+            return made
         futures = batch._futures
         futures[len(futures) - 1] = future
         future.retarget(result, made._relative_offset)
