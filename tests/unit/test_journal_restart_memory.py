@@ -135,3 +135,27 @@ async def test_a_folder_owing_many_times_buffer_memory_restarts_within_it(
     assert {r.producer_id for r in fake.log[TP0][1:sealed_before[0] + 1]} == {old_id}
     assert [m.partition for m in metadata] == [i % 2 for i in range(10)]
     assert owed(tmp_path) == []
+
+
+async def test_a_restart_closed_while_recovering_leaves_the_rest_owed_for_the_next(
+    tmp_path: pathlib.Path,
+) -> None:
+    fake, _ = await crash_owing(tmp_path)
+    fake.held = asyncio.Event()  # never set: the cluster answers nothing
+    producer, _ = make(tmp_path, fake, buffer_memory=MEMORY, batch_size=16 << 10)
+    await producer.start()
+    new = await producer.send("t", b"new", partition=1)
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert spill_of(producer).pending > OWED - 1000
+    await producer.close(timeout=0)  # gives up while the catch-up waits for memory
+    assert new.done() and new.exception() is not None
+    fake.held = None
+    again, _ = make(tmp_path, fake, buffer_memory=MEMORY, batch_size=16 << 10)
+    async with again:
+        assert again.journal_recovered == OWED + 1  # every one, and the new one
+        await again.flush()
+    for tp in (TP0, TP1):
+        expected = [numbered(i) for i in range(tp.partition, OWED, 2)]
+        assert written(fake, tp) == expected + ([b"new"] if tp.partition else []), tp
+    assert owed(tmp_path) == []
