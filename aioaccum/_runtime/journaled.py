@@ -104,7 +104,6 @@ class JournaledAccumulator(RecordAccumulator):
         # in the same order, so one lock spans both; the sender's seals and outcomes take it too.
         self.journal_lock = threading.Lock()
         self._ranges: dict[ProduceRequestResult, _Range] = {}
-        self._adopting = -1  # the journal seq of a recovered record being re-appended
         self._room = -1  # bytes records may still take in the newest segment (see append)
         # send()s waiting for journal room (on the loop): woken when an outcome frees some.
         self.room_waiters: list[Any] = []
@@ -141,9 +140,8 @@ class JournaledAccumulator(RecordAccumulator):
         if threaded:
             lock.acquire()
         try:
-            seq = self._adopting
             journal: Journal = self.journal
-            needed = entry_bound(topic, record_size, len(headers)) if seq < 0 else 0
+            needed = entry_bound(topic, record_size, len(headers))
             if needed > self._room:
                 try:
                     if len(headers) > 0xFFFF:
@@ -165,7 +163,7 @@ class JournaledAccumulator(RecordAccumulator):
             # What is left of the newest segment, counted without asking it: each record takes
             # at most its bound; seals and outcomes, which write too, reset the count.
             self._room -= needed
-            if self.spilling and seq < 0:
+            if self.spilling:
                 # Records wait on disk for the pool: this one queues behind them, in order.
                 if granted is not None:
                     self._pool.deallocate(granted[1], granted[0].size)
@@ -178,7 +176,7 @@ class JournaledAccumulator(RecordAccumulator):
                 partitions, cluster, now, granted, for_thread,
             )
             if type(appended) is BufferRequest:
-                if seq < 0 and self.spill is not None:
+                if self.spill is not None:
                     # No memory: rather than wait for it, the record waits on disk alone.
                     request: BufferRequest = appended
                     spilled = self.spill.add(
@@ -188,11 +186,10 @@ class JournaledAccumulator(RecordAccumulator):
                 return appended
             future = cast(RecordFuture, appended)
             result = future._result  # just appended: not done
-            if seq < 0:
-                # The partition is known only now; the room was made above, so this write
-                # cannot fail for want of it.
-                seq = journal.append(topic, result.partition, timestamp, key, value, headers,
-                                     result.tp)
+            # The partition is known only now; the room was made above, so this write cannot
+            # fail for want of it.
+            seq = journal.append(topic, result.partition, timestamp, key, value, headers,
+                                 result.tp)
             found = self._ranges.get(result)
             if found is None:
                 batch = self._batches[result.tp][-1]
