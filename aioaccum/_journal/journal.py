@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import bisect
 import os
+import struct
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from aioaccum._journal.lock import FolderLock
 from aioaccum._journal.segment import SUFFIX, Problem, Segment, is_disk_full
 from aioaccum.errors import JournalError, JournalFullError, RecordTooLargeError
 
-__all__ = ["Journal", "JournaledRecord", "Recovery", "SealedBatch", "sync_files"]
+__all__ = ["Journal", "JournaledRecord", "Owed", "Recovery", "SealedBatch", "sync_files"]
 
 Header = tuple[str, bytes | None]
 TopicPartition = tuple[str, int]
@@ -59,21 +61,96 @@ class SealedBatch:
     base_sequence: int
 
 
+class Owed:
+    """The owed records, in acceptance order, as places in the segments rather than payloads.
+
+    Per record: its journal sequence number and entry offset (8 bytes each), the index of its
+    segment in :attr:`segments`, its topic id and partition (4 bytes each): 28 bytes in five
+    arrays, whatever the record's size. Its key, value and headers stay on disk until
+    :meth:`read` (or a reader of the runtime) reads them back, CRC-checked.
+    """
+
+    __slots__ = ("offsets", "partitions", "segment_of", "segments", "seqs", "topic_ids",
+                 "topics")
+
+    def __init__(self) -> None:
+        self.seqs = array("q")
+        self.offsets = array("q")
+        self.segment_of = array("i")
+        self.topic_ids = array("i")
+        self.partitions = array("i")
+        self.segments: list[Segment] = []
+        self.topics: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def add(self, seq: int, segment: int, offset: int, topic_id: int, partition: int) -> None:
+        self.seqs.append(seq)
+        self.segment_of.append(segment)
+        self.offsets.append(offset)
+        self.topic_ids.append(topic_id)
+        self.partitions.append(partition)
+
+    def find(self, seq: int) -> int:
+        """The index of the owed record numbered ``seq``, or -1 (``seqs`` ascends)."""
+        seqs = self.seqs
+        i = bisect.bisect_left(seqs, seq)
+        return i if i < len(seqs) and seqs[i] == seq else -1
+
+    def topic(self, index: int) -> str:
+        return self.topics[self.topic_ids[index]]
+
+    def read(self, index: int) -> JournaledRecord:
+        """The owed record at ``index``, read back from its segment (a descriptor per call:
+        for inspection and tests; the runtime reads through a reader that keeps one open).
+
+        Raises:
+            JournalError: The bytes there are no longer a sound record entry.
+        """
+        path = self.segments[self.segment_of[index]].path
+        offset = self.offsets[index]
+        try:
+            with open(path, "rb") as file:
+                file.seek(offset)
+                header = file.read(ENTRY_HEADER.size)
+                length, crc, kind = ENTRY_HEADER.unpack(header)
+                payload = file.read(length)
+        except (OSError, struct.error) as exc:
+            raise JournalError(f"cannot read the owed record at offset {offset} of {path}: "
+                               f"{exc}") from exc
+        if kind != entries.RECORD or entries.entry_crc(kind, payload) != crc:
+            raise JournalError(
+                f"the owed record at offset {offset} of {path} does not read back (a CRC-32C "
+                f"mismatch): the disk changed the bytes the journal wrote")
+        record = entries.decode(kind, payload)
+        assert isinstance(record, Record)
+        return JournaledRecord(record.seq, self.topics[record.topic_id], record.partition,
+                               record.timestamp, record.key, record.value, record.headers)
+
+
 @dataclass(slots=True)
 class Recovery:
     """What :meth:`Journal.open` found in the folder.
 
     Attributes:
-        records: The owed records, in acceptance order.
+        owed: The owed records, in acceptance order, as places in the segments (see
+            :class:`Owed`: 28 bytes each, however large the records).
         sealed: The batches some of those records were sealed into, in journal order.
         problems: Bad entries: torn tails (cut off) and corruption (skipped, never sent).
         segments: Segment files read.
     """
 
-    records: list[JournaledRecord] = field(default_factory=list)
+    owed: Owed = field(default_factory=Owed)
     sealed: list[SealedBatch] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     segments: int = 0
+
+    @property
+    def records(self) -> list[JournaledRecord]:
+        """Every owed record read back, payloads and all: for inspection and tests only (the
+        producer reads them one batch at a time)."""
+        return [self.owed.read(i) for i in range(len(self.owed))]
 
     @property
     def torn_entries(self) -> int:
@@ -143,7 +220,9 @@ class Journal:
 
     def _recover(self) -> None:
         names = sorted(p for p in self.folder.iterdir() if p.name.endswith(SUFFIX))
-        records: dict[int, tuple[Record, Segment]] = {}
+        # Every record read, as places: (seq, segment index, offset, topic id, partition), in
+        # parallel arrays (no payload stays in memory; see Owed).
+        found = Owed()
         seals: list[Seal] = []
         settled: list[Done] = []
         recovery = self.recovery
@@ -156,12 +235,14 @@ class Journal:
                     f"without its records"
                 ) from exc
             self._segments.append(segment)
+            found.segments.append(segment)
             recovery.segments += 1
-            for kind, payload in segment.scan(recovery.problems, last=index == len(names) - 1):
+            last = index == len(names) - 1
+            for offset, kind, payload in segment.scan_at(recovery.problems, last):
                 try:
                     entry = entries.decode(kind, payload)
                 except entries.EntryError as exc:
-                    recovery.problems.append(Problem(path.name, -1, False, str(exc), 0))
+                    recovery.problems.append(Problem(path.name, offset, False, str(exc), 0))
                     continue
                 if kind == entries.TOPIC:
                     topic_id, name = entry  # type: ignore[misc]
@@ -169,7 +250,7 @@ class Journal:
                     self._topic_names[topic_id] = name
                 elif kind == entries.RECORD:
                     assert isinstance(entry, Record)
-                    records[entry.seq] = (entry, segment)
+                    found.add(entry.seq, index, offset, entry.topic_id, entry.partition)
                     self._next_seq = max(self._next_seq, entry.seq + 1)
                 elif kind == entries.SEAL:
                     assert isinstance(entry, Seal)
@@ -177,37 +258,51 @@ class Journal:
                 else:
                     assert isinstance(entry, Done)
                     settled.append(entry)
-        # Owed sequence numbers per (topic id, partition), ascending (segments are read in
-        # order, and entries within one in order), so each DONE removes a slice.
-        by_partition: dict[tuple[int, int], list[int]] = {}
-        for seq in sorted(records):
-            record = records[seq][0]
-            by_partition.setdefault((record.topic_id, record.partition), []).append(seq)
+        seqs = found.seqs
+        # Acceptance order; written in it already, unless a segment was given up and re-made.
+        order: Sequence[int] = range(len(seqs))
+        if any(seqs[i] >= seqs[i + 1] for i in range(len(seqs) - 1)):
+            order = sorted(order, key=seqs.__getitem__)
+        # Owed indexes per (topic id, partition), ascending by sequence number, so each DONE
+        # settles a slice; ``settled_mask`` marks the records a DONE covers.
+        by_partition: dict[tuple[int, int], array[int]] = {}
+        for i in order:
+            key = (found.topic_ids[i], found.partitions[i])
+            runs = by_partition.get(key)
+            if runs is None:
+                runs = by_partition[key] = array("q")
+            runs.append(i)
+        settled_mask = bytearray(len(seqs))
         for done in settled:
-            seqs = by_partition.get((done.topic_id, done.partition))
-            if seqs:
-                lo = bisect.bisect_left(seqs, done.first_seq)
-                hi = bisect.bisect_right(seqs, done.last_seq)
-                for seq in seqs[lo:hi]:
-                    del records[seq]
-                del seqs[lo:hi]
-        for seq in sorted(records):
-            record, segment = records[seq]
-            topic = self._topic_names.get(record.topic_id)
+            runs = by_partition.get((done.topic_id, done.partition))
+            if runs:
+                lo = bisect.bisect_left(runs, done.first_seq, key=seqs.__getitem__)
+                hi = bisect.bisect_right(runs, done.last_seq, key=seqs.__getitem__)
+                for i in runs[lo:hi]:
+                    settled_mask[i] = 1
+        del by_partition
+        owed = recovery.owed
+        owed.segments = found.segments
+        owed.topics = self._topic_names
+        for i in order:
+            if settled_mask[i]:
+                continue
+            segment = found.segments[found.segment_of[i]]
+            topic = self._topic_names.get(found.topic_ids[i])
             if topic is None:
                 recovery.problems.append(Problem(
-                    segment.path.name, -1, False,
-                    f"record {seq} names topic id {record.topic_id}, which no entry defines", 0))
+                    segment.path.name, found.offsets[i], False,
+                    f"record {seqs[i]} names topic id {found.topic_ids[i]}, which no entry "
+                    f"defines", 0))
                 continue
-            recovery.records.append(JournaledRecord(
-                seq, topic, record.partition, record.timestamp, record.key, record.value,
-                record.headers))
-            self._owe((topic, record.partition), segment, 1)
-        owed_seqs = {r.seq for r in recovery.records}
+            owed.add(seqs[i], found.segment_of[i], found.offsets[i], found.topic_ids[i],
+                     found.partitions[i])
+            self._owe((topic, found.partitions[i]), segment, 1)
+        del found, settled_mask
         # A batch re-stamped (a new epoch or sequence) is sealed again: the last seal counts.
         latest: dict[tuple[int, int, int], Seal] = {}
         for seal in seals:
-            if seal.first_seq in owed_seqs and seal.topic_id in self._topic_names:
+            if owed.find(seal.first_seq) >= 0 and seal.topic_id in self._topic_names:
                 latest[(seal.topic_id, seal.partition, seal.first_seq)] = seal
         recovery.sealed = [
             SealedBatch(self._topic_names[s.topic_id], s.partition, s.first_seq, s.last_seq,

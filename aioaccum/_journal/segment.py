@@ -172,7 +172,14 @@ class Segment:
     # --- reading
 
     def scan(self, problems: list[Problem], last: bool) -> Iterator[tuple[int, bytes]]:
-        """Yield (kind, payload) of each sound entry, and leave the write position after them.
+        """Yield (kind, payload) of each sound entry, and leave the write position after them
+        (see :meth:`scan_at`)."""
+        for _pos, kind, payload in self.scan_at(problems, last):
+            yield kind, payload
+
+    def scan_at(self, problems: list[Problem], last: bool) -> Iterator[tuple[int, int, bytes]]:
+        """Yield (offset, kind, payload) of each sound entry, and leave the write position after
+        them.
 
         A bad entry followed by zeros only is a torn tail: it is zeroed, so a later scan does
         not see it again. Any other bad entry is skipped when its length still leads to an
@@ -199,7 +206,7 @@ class Segment:
                 if entries.entry_crc(kind, payload) != crc:
                     reason = "CRC-32C mismatch"
             if not reason:
-                yield kind, payload
+                yield pos, kind, payload
                 pos = end
                 continue
             tail_from = min(end, limit) if end <= limit else start

@@ -19,7 +19,6 @@ cdef class JournaledAccumulator(RecordAccumulator):
     cdef public object syncer
     cdef public object journal_lock
     cdef public dict _ranges
-    cdef public long long _adopting
     cdef public Py_ssize_t _room
     cdef public list room_waiters
     cdef public object room_freed

@@ -104,7 +104,6 @@ class JournaledAccumulator(RecordAccumulator):
         # in the same order, so one lock spans both; the sender's seals and outcomes take it too.
         self.journal_lock = threading.Lock()
         self._ranges: dict[ProduceRequestResult, _Range] = {}
-        self._adopting = -1  # the journal seq of a recovered record being re-appended
         self._room = -1  # bytes records may still take in the newest segment (see append)
         # send()s waiting for journal room (on the loop): woken when an outcome frees some.
         self.room_waiters: list[Any] = []
@@ -141,9 +140,8 @@ class JournaledAccumulator(RecordAccumulator):
         if threaded:
             lock.acquire()
         try:
-            seq = self._adopting
             journal: Journal = self.journal
-            needed = entry_bound(topic, record_size, len(headers)) if seq < 0 else 0
+            needed = entry_bound(topic, record_size, len(headers))
             if needed > self._room:
                 try:
                     if len(headers) > 0xFFFF:
@@ -165,7 +163,7 @@ class JournaledAccumulator(RecordAccumulator):
             # What is left of the newest segment, counted without asking it: each record takes
             # at most its bound; seals and outcomes, which write too, reset the count.
             self._room -= needed
-            if self.spilling and seq < 0:
+            if self.spilling:
                 # Records wait on disk for the pool: this one queues behind them, in order.
                 if granted is not None:
                     self._pool.deallocate(granted[1], granted[0].size)
@@ -178,7 +176,7 @@ class JournaledAccumulator(RecordAccumulator):
                 partitions, cluster, now, granted, for_thread,
             )
             if type(appended) is BufferRequest:
-                if seq < 0 and self.spill is not None:
+                if self.spill is not None:
                     # No memory: rather than wait for it, the record waits on disk alone.
                     request: BufferRequest = appended
                     spilled = self.spill.add(
@@ -188,11 +186,10 @@ class JournaledAccumulator(RecordAccumulator):
                 return appended
             future = cast(RecordFuture, appended)
             result = future._result  # just appended: not done
-            if seq < 0:
-                # The partition is known only now; the room was made above, so this write
-                # cannot fail for want of it.
-                seq = journal.append(topic, result.partition, timestamp, key, value, headers,
-                                     result.tp)
+            # The partition is known only now; the room was made above, so this write cannot
+            # fail for want of it.
+            seq = journal.append(topic, result.partition, timestamp, key, value, headers,
+                                 result.tp)
             found = self._ranges.get(result)
             if found is None:
                 batch = self._batches[result.tp][-1]
@@ -206,13 +203,15 @@ class JournaledAccumulator(RecordAccumulator):
             if threaded:
                 lock.release()
 
-    def adopt(self, seq: int, future: RecordFuture, topic: str, partition: int,
+    def adopt(self, seq: int, future: RecordFuture | None, topic: str, partition: int,
               timestamp: int, key: bytes | None, value: bytes | None,
               headers: Sequence[Header], record_size: int, partitions: Sequence[int],
               cluster: ClusterView, granted: tuple[BufferRequest, bytearray] | None = None,
               unread: int = 0) -> RecordFuture | BufferRequest:
         """Append a spilled record read back from the journal (entry ``seq``): ``future``, the
-        one its ``send()`` returned, follows it into the batch. The caller holds the journal's
+        one its ``send()`` returned, follows it into the batch (None for a record a previous
+        producer left owed: no ``send()`` of this process waits on it, so the batch's own future
+        stays). The caller holds the journal's
         lock when threads append (the spill's task does). ``unread`` records of the partition
         before this one did not read back: their outcome (failed) is journaled with this
         batch's, so that the partition's outcomes still count off its records in order.
@@ -240,6 +239,8 @@ class JournaledAccumulator(RecordAccumulator):
             batch = found.batch
             found.last = seq
             found.count += 1 + unread
+        if future is None:
+            return made
         futures = batch._futures
         futures[len(futures) - 1] = future
         future.retarget(result, made._relative_offset)

@@ -11,11 +11,13 @@ disk's flush.
 :class:`~aioaccum._runtime.spill.Spill` keeps the records beyond ``buffer_memory`` on disk
 alone and appends them as the pool gets room (started here, stopped at close).
 
-:func:`resend_recovered` re-appends what a previous producer left owed, before anything new, with
-keys, headers and timestamps: first the batches it had sealed, rebuilt as they were and sent
-under its producer id, epoch and sequences so that the broker recognises copies it has (see
-:mod:`aioaccum._runtime.recovery`); then, in the order of acceptance, the records it never sealed,
-under this producer's id. So in order per partition.
+:func:`resend_recovered` queues what a previous producer left owed ahead of anything new, with
+keys, headers and timestamps, in the spill: its task reads them back from the segments and
+appends them as the pool has room, so ``start()`` waits for neither memory nor the cluster.
+First the batches it had sealed, rebuilt as they were and sent under its producer id, epoch and
+sequences so that the broker recognises copies it has (see :mod:`aioaccum._runtime.recovery`);
+then, in the order of acceptance, the records it never sealed, under this producer's id. So in
+order per partition.
 """
 
 from __future__ import annotations
@@ -24,16 +26,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import math
 import threading
-from collections.abc import Sequence
 from typing import Any
 
-from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
-from aioaccum._core.records import estimate_size_in_bytes_upper_bound
+from aioaccum._core.accumulator import RecordAccumulator
 from aioaccum._journal.journal import Journal, sync_files
 from aioaccum._runtime.journaled import JournaledAccumulator
-from aioaccum._runtime.recovery import RecoveryReport, at_least_once, resend_sealed
+from aioaccum._runtime.recovery import Recovered, RecoveryReport, at_least_once
 from aioaccum._runtime.spill import Spill
 from aioaccum.config.producer_config import ProducerConfig
 
@@ -150,58 +149,29 @@ class JournalSyncer:
         self._executor.shutdown(wait=False)
 
 
-async def resend_recovered(acc: JournaledAccumulator, kafka: Any, pool: Any) -> int:
-    """Append the records a previous producer left owed before anything new: its sealed
-    batches as they were, then the rest in acceptance order; returns how many. Waits for memory
-    as long as it takes (the sender drains meanwhile).
-    """
+def resend_recovered(acc: JournaledAccumulator, spill: Spill) -> int:
+    """Queue the records a previous producer left owed ahead of anything new, in ``spill``
+    (before its task starts): its sealed batches as they were, then the rest in acceptance
+    order. Returns how many, at once: nothing is read or waited for here (the spill's task
+    reads them back and appends them as the pool has room)."""
     recovery = acc.journal.recovery
-    records = recovery.records
+    owed = recovery.owed
     report = acc.recovery_report = RecoveryReport(acc.journal.folder)
     if acc._txn is not None:
         acc._txn.on_disowned = report.disowned
-    if not records:
+    if not len(owed):
         return 0
-    loop = asyncio.get_running_loop()
-    known: dict[str, Sequence[int]] = {}
-
-    async def partitions_of(topic: str) -> Sequence[int]:
-        partitions = known.get(topic)
-        if partitions is None:
-            partitions = kafka.partitions_for_topic(topic) or await kafka.wait_for_topic(
-                topic, math.inf)
-            known[topic] = partitions
-        return partitions
-
-    rebuilt = await resend_sealed(acc, pool, records, recovery.sealed, partitions_of, report)
-    for record in records:
-        if record.seq in rebuilt:
-            continue
-        partitions = await partitions_of(record.topic)
-        headers = list(record.headers)
-        size = estimate_size_in_bytes_upper_bound(record.key, record.value, headers)
-        acc._adopting = record.seq
-        try:
-            appended = acc.append(record.topic, record.partition, record.timestamp, record.key,
-                                  record.value, headers, size, partitions, kafka, -1.0)
-            if type(appended) is BufferRequest:
-                acc._adopting = -1
-                buffer = await pool.allocate(appended.size, math.inf)
-                acc._adopting = record.seq
-                acc.append(record.topic, record.partition, record.timestamp, record.key,
-                           record.value, headers, size, partitions, kafka, loop.time(),
-                           (appended, buffer))
-        finally:
-            acc._adopting = -1
-    report.recovered = len(records)
+    spill.recover(Recovered(spill, owed, recovery.sealed, report))
+    report.recovered = len(owed)
     log.warning(
         "journal %s: re-sending %d record(s) a previous producer accepted and did not see "
-        "acknowledged (%d in batches it had sent, re-sent under its producer id so that the "
-        "broker drops copies it has); %d torn and %d corrupt entr(y/ies) skipped",
-        acc.journal.folder, len(records), report.rebuilt, recovery.torn_entries,
+        "acknowledged (those of the %d batch(es) it had sent go under its producer id, so that "
+        "the broker drops copies it has), ahead of any new record; %d torn and %d corrupt "
+        "entr(y/ies) skipped",
+        acc.journal.folder, len(owed), len(recovery.sealed), recovery.torn_entries,
         len(recovery.corrupt_entries),
     )
-    return len(records)
+    return len(owed)
 
 
 def open_journal(cfg: ProducerConfig) -> Journal:
@@ -223,9 +193,10 @@ async def start_journal(acc: RecordAccumulator, kafka: Any, pool: Any,
     if cfg.journal_sync != "none":
         acc.syncer = JournalSyncer(acc, cfg.journal_sync, cfg.journal_sync_ms / 1000, loop)
         acc.syncer.start()
-    recovered = await resend_recovered(acc, kafka, pool)
-    acc.spill = Spill(acc, kafka, pool, loop)  # from now on, no send() waits for memory
-    acc.spill.start()
+    # From now on no send() waits for memory; the owed records go first, through the spill.
+    spill = acc.spill = Spill(acc, kafka, pool, loop)
+    recovered = resend_recovered(acc, spill)
+    spill.start()
     syncer = acc.syncer
     return (syncer if syncer is not None and syncer.mode == "always" else None), recovered
 

@@ -207,6 +207,7 @@ class Spill:
         """Records spilled since the start."""
         self.loaded = 0
         """Of those, the records appended to batches since (or given up at close)."""
+        self._recovered: Any = None  # what a previous producer left owed: it goes first
         self.closing = False
         """The producer closes: no record is taken any more; those spilled still go in."""
         self.failure = ""
@@ -271,6 +272,13 @@ class Spill:
         idle = self.spilled == self.loaded
         self.spilled += 1
         acc.spilling = True
+        if not for_thread and self.spilled % LOADS_PER_TURN == 0:
+            # send() yields to the loop once per new batch when the sender's turn is due; a
+            # record that spills makes no batch, so a caller sending flat out would starve the
+            # catch-up and the sender. Every LOADS_PER_TURN spilled records count as a batch
+            # for that, with the sender woken so that its turn is due.
+            acc.batches_created += 1
+            acc._wakeup()
         if idle:
             if for_thread:
                 self._loop.call_soon_threadsafe(self._wake.set)
@@ -287,6 +295,9 @@ class Spill:
         that appends it, so a cancelled task has appended each record once or not at all."""
         loops = 0
         try:
+            if self._recovered is not None:
+                await self._recovered.run()
+                self._recovered = None
             while True:
                 if self.spilled == self.loaded:
                     self._hand_over()
@@ -368,12 +379,40 @@ class Spill:
         group.left -= 1
         self._unread.pop(group.result.tp, None)  # journaled with this record's outcome
         self._touched.add(group)
-        self.loaded += 1
+        self.count_loaded(1)
+
+    def count_loaded(self, count: int) -> None:
+        """``count`` more records left the disk for batches (or were given up); with the
+        journal's lock if threaded."""
+        self.loaded += count
         if self.spilled == self.loaded:
             acc = self._acc
             if self.closing:
                 acc.close_now()  # close() waited for this: no record is taken any more
             acc.spilling = False
+
+    def unread(self, topic: str, partition: int, partitions: Any) -> None:
+        """A record that cannot be read back or appended is given up: its outcome (failed) is
+        journaled with the next record of its partition (with the journal's lock if
+        threaded)."""
+        try:
+            tp = self._acc._topic_partition(topic, partition, partitions)
+        except IndexError:
+            pass  # the partition is gone: no later record of it can carry the outcome
+        else:
+            self._unread[tp] = self._unread.get(tp, 0) + 1
+        self.count_loaded(1)
+
+    def recover(self, recovered: Any) -> None:
+        """Before :meth:`start`: ``recovered`` (a :class:`~aioaccum._runtime.recovery.Recovered`
+        of ``count`` records) goes first, and every record accepted meanwhile queues behind
+        it."""
+        count = len(recovered._owed)
+        if not count:
+            return
+        self._recovered = recovered
+        self.spilled += count
+        self._acc.spilling = True
 
     def _fail_one(self, block: _Block, group: _Group, future: RecordFuture,
                   error: BaseException) -> None:
