@@ -457,7 +457,8 @@ class Producer:
     ) -> FutureRecordMetadata:
         """Buffer one record; return a future of its metadata.
 
-        Waits (up to ``max_block_ms``) only for the topic's metadata and for buffer memory.
+        Waits (up to ``max_block_ms``) only for the topic's metadata and for memory (with
+        ``journal_dir``, for journal room instead: records beyond memory wait on disk).
 
         The future is a :class:`FutureRecordMetadata` (Java's record future): it shares its
         batch's outcome and builds the :class:`RecordMetadata` when read. Await it, gather it,
@@ -478,7 +479,7 @@ class Producer:
                 or a serializer returned something else.
             ConfigError: The topic name, partition or ``timestamp_ms`` is invalid.
             RecordTooLargeError: The record exceeds ``max_request_size`` or ``buffer_memory``.
-            BufferExhaustedError: No buffer memory freed within ``max_block_ms``.
+            BufferExhaustedError: No memory freed within ``max_block_ms`` (no journal_dir).
             ProducerTimeoutError: The topic's metadata did not arrive within ``max_block_ms``.
         """
         # Interceptors and tracing (the hooks) see the record first, and hear of its outcome
