@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import struct
 from array import array
 from collections import deque
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 from aioaccum._journal import entries
 from aioaccum._journal.entries import ENTRY_HEADER, SEGMENT_HEADER, Done, Record, Seal
 from aioaccum._journal.lock import FolderLock
+from aioaccum._journal.reader import RecordReader
 from aioaccum._journal.segment import SUFFIX, Problem, Segment, is_disk_full
 from aioaccum.errors import JournalError, JournalFullError, RecordTooLargeError
 
@@ -102,29 +102,17 @@ class Owed:
         return self.topics[self.topic_ids[index]]
 
     def read(self, index: int) -> JournaledRecord:
-        """The owed record at ``index``, read back from its segment (a descriptor per call:
-        for inspection and tests; the runtime reads through a reader that keeps one open).
+        """The owed record at ``index``, read back from its segment (a reader per call: for
+        inspection and tests; the runtime reads through one reader that it keeps open).
 
         Raises:
             JournalError: The bytes there are no longer a sound record entry.
         """
-        path = self.segments[self.segment_of[index]].path
-        offset = self.offsets[index]
+        reader = RecordReader()
         try:
-            with open(path, "rb") as file:
-                file.seek(offset)
-                header = file.read(ENTRY_HEADER.size)
-                length, crc, kind = ENTRY_HEADER.unpack(header)
-                payload = file.read(length)
-        except (OSError, struct.error) as exc:
-            raise JournalError(f"cannot read the owed record at offset {offset} of {path}: "
-                               f"{exc}") from exc
-        if kind != entries.RECORD or entries.entry_crc(kind, payload) != crc:
-            raise JournalError(
-                f"the owed record at offset {offset} of {path} does not read back (a CRC-32C "
-                f"mismatch): the disk changed the bytes the journal wrote")
-        record = entries.decode(kind, payload)
-        assert isinstance(record, Record)
+            record = reader.read(self.segments[self.segment_of[index]], self.offsets[index])
+        finally:
+            reader.close()
         return JournaledRecord(record.seq, self.topics[record.topic_id], record.partition,
                                record.timestamp, record.key, record.value, record.headers)
 

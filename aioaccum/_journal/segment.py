@@ -171,12 +171,6 @@ class Segment:
 
     # --- reading
 
-    def scan(self, problems: list[Problem], last: bool) -> Iterator[tuple[int, bytes]]:
-        """Yield (kind, payload) of each sound entry, and leave the write position after them
-        (see :meth:`scan_at`)."""
-        for _pos, kind, payload in self.scan_at(problems, last):
-            yield kind, payload
-
     def scan_at(self, problems: list[Problem], last: bool) -> Iterator[tuple[int, int, bytes]]:
         """Yield (offset, kind, payload) of each sound entry, and leave the write position after
         them.

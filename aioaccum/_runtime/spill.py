@@ -22,7 +22,7 @@ acknowledges the record; it never fails for the outage.
 Memory per spilled record, fixed whatever its size: its future (64 bytes compiled), one slot
 in a list for it and one 8-byte position, and a share of its group's stand-in: about 90 bytes.
 No key, value or header is kept in memory; reading back holds at most one record and a read-ahead
-window of ``READ_AHEAD`` bytes.
+window (:class:`~aioaccum._journal.reader.RecordReader`).
 
 Locks: threads (``send_from_thread``) spill too, under the journal's lock, which the task also
 takes for every step that reads or changes what is spilled.
@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
 from array import array
 from collections import deque
 from typing import Any
@@ -49,12 +48,12 @@ from aioaccum._core.futures import (
 )
 from aioaccum._core.partitioner import partition_for
 from aioaccum._core.records import RECORD_BATCH_OVERHEAD, estimate_size_in_bytes_upper_bound
-from aioaccum._journal import entries
-from aioaccum._journal.entries import ENTRY_HEADER, SEGMENT_HEADER, Record
+from aioaccum._journal.entries import SEGMENT_HEADER
+from aioaccum._journal.reader import RecordReader
 from aioaccum._journal.segment import Segment
 from aioaccum.errors import JournalError, ProducerClosedError
 
-__all__ = ["GROUP_RECORDS", "READ_AHEAD", "Spill"]
+__all__ = ["GROUP_RECORDS", "Spill"]
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +61,8 @@ Header = tuple[str, bytes | None]
 
 GROUP_RECORDS = 256  # spilled records of one partition sharing one stand-in result
 BLOCK_RECORDS = 1024  # positions per block of the queue (one segment each)
-READ_AHEAD = 256 << 10  # bytes read from a segment at a time
 LOADS_PER_TURN = 256  # records appended before the task lets the loop run others
 
-_ZERO_HEADER = (0, 0, 0)
 
 
 def owed_error() -> ProducerClosedError:
@@ -100,82 +97,6 @@ class _Block:
         self.taken = 0
 
 
-class _Reader:
-    """Reads RECORD entries back from segment files, through a descriptor of its own (the
-    writer's map may be retired meanwhile) and a read-ahead window."""
-
-    def __init__(self) -> None:
-        self._path: Any = None
-        self._fd = -1
-        self._window = b""
-        self._start = 0
-
-    def read(self, segment: Segment, offset: int) -> Record:
-        """The record whose entry is at ``offset`` (or just after a TOPIC entry there).
-
-        Raises:
-            JournalError: The bytes there are not a sound record entry.
-        """
-        if segment.path != self._path:
-            self.close()
-            try:
-                self._fd = os.open(segment.path, os.O_RDONLY)
-            except OSError as exc:
-                raise JournalError(
-                    f"cannot read spilled records back from {segment.path}: {exc.strerror}"
-                ) from exc
-            self._path = segment.path
-        while True:
-            kind, payload = self._entry(offset, segment)
-            if kind == entries.RECORD:
-                decoded = entries.decode(kind, payload)
-                assert isinstance(decoded, Record)
-                return decoded
-            if kind != entries.TOPIC:  # the one entry a record's append may write before it
-                raise JournalError(
-                    f"{segment.path} holds an entry of kind {kind} at offset {offset}, where "
-                    f"a spilled record was written"
-                )
-            offset += ENTRY_HEADER.size + len(payload)
-
-    def _entry(self, offset: int, segment: Segment) -> tuple[int, bytes]:
-        # The window may predate entries written since (zeros there, or a header without its
-        # payload's CRC matching yet): read afresh once before calling the bytes bad.
-        for fresh in (False, True):
-            if fresh or not self._start <= offset <= self._start + len(self._window) - 9:
-                self._fill(offset, ENTRY_HEADER.size)
-            at = offset - self._start
-            header = ENTRY_HEADER.unpack_from(self._window, at)
-            length, crc, kind = header
-            if header == _ZERO_HEADER:
-                continue
-            end = at + ENTRY_HEADER.size + length
-            if end > len(self._window):
-                self._fill(offset, ENTRY_HEADER.size + length)
-                at = 0
-                end = ENTRY_HEADER.size + length
-            payload = self._window[at + ENTRY_HEADER.size:end]
-            if len(payload) == length and entries.entry_crc(kind, payload) == crc:
-                return kind, payload
-        raise JournalError(
-            f"the spilled record at offset {offset} of {segment.path} does not read back (no "
-            f"entry, or a CRC-32C mismatch): the disk changed the bytes the journal wrote"
-        )
-
-    def _fill(self, offset: int, needed: int) -> None:
-        self._window = os.pread(self._fd, max(READ_AHEAD, needed), offset)
-        self._start = offset
-        if len(self._window) < ENTRY_HEADER.size:
-            self._window += bytes(ENTRY_HEADER.size)  # past the file's end: reads as no entry
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-        self._fd = -1
-        self._path = None
-        self._window = b""
-
-
 class Spill:
     """The records of a journaled producer that wait on disk for room in the pool.
 
@@ -200,7 +121,7 @@ class Spill:
         # Per topic-partition: records that did not read back, whose outcome goes with the next
         # record of the partition to reach a batch (see JournaledAccumulator.adopt).
         self._unread: dict[Any, int] = {}
-        self._reader = _Reader()
+        self._reader = RecordReader()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.spilled = 0

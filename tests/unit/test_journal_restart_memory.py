@@ -12,15 +12,13 @@ from typing import Any
 
 import pytest
 
-from aioaccum import Producer
 from aioaccum._core.cluster import StaticCluster
 from aioaccum._journal.journal import Journal
-from aioaccum._runtime.journaling import JournaledAccumulator
-from aioaccum._runtime.spill import Spill
 from aioaccum.errors import ProducerClosedError
 
 from .test_journal_producer import SEGMENT, TP0, TP1, make, owed
 from .test_journal_recovery import LosingFake, until
+from .test_journal_spill import in_use, spill_of
 
 MEMORY = 256 << 10
 VALUE = b"v" * 1000
@@ -42,19 +40,6 @@ class HoldingFake(LosingFake):
 
 def numbered(i: int) -> bytes:
     return b"%06d" % i + VALUE
-
-
-def spill_of(producer: Producer) -> Spill:
-    acc = producer._acc
-    assert isinstance(acc, JournaledAccumulator)
-    assert isinstance(acc.spill, Spill)
-    return acc.spill
-
-
-def in_use(producer: Producer) -> int:
-    pool = producer._pool
-    assert pool is not None
-    return pool.total_memory - pool.available_memory()
 
 
 async def crash_owing(folder: pathlib.Path) -> tuple[HoldingFake, int]:
