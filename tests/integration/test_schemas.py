@@ -121,7 +121,11 @@ def registry(schema_registry_url: str) -> SchemaRegistryClient:
 
 @pytest.fixture
 def confluent_registry(schema_registry_url: str) -> Iterator[ConfluentRegistry]:
-    with ConfluentRegistry({"url": schema_registry_url}) as registry:
+    # A bound on each request (the client waits for ever by default; a registry request once
+    # went unanswered until the test's 300 s timeout), and one more try: the client tries each
+    # of its URLs in turn after an error, and has no other retry for a request that timed out.
+    conf = {"url": f"{schema_registry_url},{schema_registry_url}", "timeout": 20}
+    with ConfluentRegistry(conf) as registry:
         yield registry
 
 
