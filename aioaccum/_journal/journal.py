@@ -25,7 +25,7 @@ from aioaccum._journal import entries
 from aioaccum._journal.entries import ENTRY_HEADER, SEGMENT_HEADER, Done, Record, Seal
 from aioaccum._journal.lock import FolderLock
 from aioaccum._journal.reader import RecordReader
-from aioaccum._journal.segment import SUFFIX, Problem, Segment, is_disk_full
+from aioaccum._journal.segment import SPARE, SUFFIX, Problem, Segment, is_disk_full
 from aioaccum.errors import JournalError, JournalFullError, RecordTooLargeError
 
 __all__ = ["Journal", "JournaledRecord", "Owed", "Recovery", "SealedBatch", "sync_files"]
@@ -157,10 +157,19 @@ class Journal:
     Not thread-safe: the caller serialises calls (the producer's pool lock does).
     """
 
-    def __init__(self, folder: Path, segment_bytes: int, max_bytes: int) -> None:
+    def __init__(self, folder: Path, segment_bytes: int, max_bytes: int,
+                 durable_spare: bool = False) -> None:
         self.folder = folder
         self.segment_bytes = segment_bytes
         self.max_bytes = max_bytes
+        # Recycling (see segment.py): the segment before the newest stays mapped (``_warm``),
+        # so that it can become the spare once it owes nothing. With ``durable_spare`` (a
+        # journal_sync that survives power loss) the spare is reused only once a sync made its
+        # zeros durable: a segment made of it must never show its old entries after a crash.
+        self._warm: Segment | None = None
+        self._spare: Segment | None = None
+        self.durable_spare = durable_spare
+        self.recycled = 0  # segments made of the spare (for tests and the docs' figures)
         self._lock = FolderLock(folder)
         self._segments: deque[Segment] = deque()
         self._head: Segment | None = None  # the newest segment, where entries go
@@ -176,8 +185,9 @@ class Journal:
 
     @classmethod
     def open(cls, folder: str | os.PathLike[str], *, segment_bytes: int,
-             max_bytes: int) -> Journal:
+             max_bytes: int, durable_spare: bool = False) -> Journal:
         """Lock ``folder`` (made if missing), read what it holds, and be ready to append.
+        ``durable_spare``: see ``__init__`` (True unless ``journal_sync='none'``).
 
         Raises:
             JournalLockedError: Another producer holds the folder.
@@ -195,9 +205,11 @@ class Journal:
             raise JournalError(
                 f"cannot make journal_dir {path}: {exc.strerror}; point it at a writable folder"
             ) from exc
-        journal = cls(path, segment_bytes, max_bytes)
+        journal = cls(path, segment_bytes, max_bytes, durable_spare)
         journal._lock.acquire()
         try:
+            # A spare left by a crash holds nothing owed; its zeros may be half written.
+            (path / SPARE).unlink(missing_ok=True)
             journal._recover()
             if not os.access(path, os.W_OK):
                 raise JournalError(f"journal_dir {path} is not writable; fix its permissions")
@@ -420,9 +432,14 @@ class Journal:
             segment.sync()
 
     def unsynced(self) -> list[tuple[Segment, Path, int]]:
-        """Segments written since their last sync: (segment, its file, bytes written). Hand
-        the files to :func:`sync_files` on another thread, then :meth:`synced` the list."""
-        return [(s, s.path, s.write_pos) for s in self._segments if s.write_pos > s.synced_pos]
+        """Segments written since their last sync: (segment, its file, bytes written), and the
+        spare while its zeros are not durable. Hand the files to :func:`sync_files` on another
+        thread, then :meth:`synced` the list."""
+        out = [(s, s.path, s.write_pos) for s in self._segments if s.write_pos > s.synced_pos]
+        spare = self._spare
+        if spare is not None and spare.write_pos > spare.synced_pos:
+            out.append((spare, spare.path, spare.write_pos))
+        return out
 
     @staticmethod
     def synced(done: list[tuple[Segment, Path, int]]) -> None:
@@ -433,7 +450,10 @@ class Journal:
         for segment in self._segments:
             segment.close()
         self._segments.clear()
-        self._head = None
+        self._head = self._warm = None
+        if self._spare is not None:
+            self._spare.delete()
+            self._spare = None
         self._lock.release()
 
     # --- internals
@@ -471,7 +491,7 @@ class Journal:
                 f"journal_max_bytes={self.max_bytes}; is the cluster reachable?"
             )
         try:
-            segment = Segment.create(self.folder, self._next_seq, self.segment_bytes)
+            segment = self._new_segment()
         except FileExistsError:
             # A segment that recovery gave up on starts at the same number: take the next.
             self._next_seq += 1
@@ -487,10 +507,23 @@ class Journal:
                 f"cannot create a journal segment in {self.folder}: {exc.strerror}"
             ) from exc
         if self._segments:
-            self._segments[-1].retire()
+            # The old newest stays mapped, to be recycled once it owes nothing; the one kept
+            # before it is let go, so that a long outage holds no more than two maps.
+            if self._warm is not None:
+                self._warm.retire()
+            self._warm = self._segments[-1]
         self._segments.append(segment)
         self._head = segment
         return segment
+
+    def _new_segment(self) -> Segment:
+        spare = self._spare
+        if spare is not None and (not self.durable_spare or spare.synced_pos >= spare.write_pos):
+            made = spare.reuse(self.folder, self._next_seq)  # FileExistsError: spare kept
+            self._spare = None
+            self.recycled += 1
+            return made
+        return Segment.create(self.folder, self._next_seq, self.segment_bytes)
 
     def _owe(self, tp: TopicPartition, segment: Segment, count: int) -> None:
         segment.records += count
@@ -528,7 +561,17 @@ class Journal:
     def _drop_settled_segments(self) -> None:
         # The newest stays: it is where the next entry goes (unless recovery cut it).
         while len(self._segments) > 1 and self._segments[0].records == 0:
-            self._segments.popleft().delete()
+            segment = self._segments.popleft()
+            if segment is self._warm:
+                self._warm = None
+            if (self._spare is None and not segment.retired
+                    and segment.size == self.segment_bytes):
+                try:
+                    self._spare = segment.make_spare(self.folder)
+                    continue
+                except OSError:
+                    pass  # not recycled: deleted as any other
+            segment.delete()
 
 
 def sync_files(files: list[tuple[Segment, Path, int]]) -> None:

@@ -178,7 +178,8 @@ def open_journal(cfg: ProducerConfig) -> Journal:
     """The producer's journal folder, locked and read (raises the journal's typed errors)."""
     assert cfg.journal_dir is not None
     return Journal.open(cfg.journal_dir, segment_bytes=cfg.journal_segment_bytes,
-                        max_bytes=cfg.journal_max_bytes)
+                        max_bytes=cfg.journal_max_bytes,
+                        durable_spare=cfg.journal_sync != "none")
 
 
 async def start_journal(acc: RecordAccumulator, kafka: Any, pool: Any,

@@ -1,0 +1,93 @@
+"""Recycled segments: a segment that owes nothing becomes the spare, and the spare the next
+segment, without its old entries ever reading back as records."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from aioaccum._journal.journal import Journal, sync_files
+from aioaccum._journal.segment import SPARE, SUFFIX
+
+SEGMENT = 4096
+VALUE = b"v" * 200  # about 18 records a segment
+
+
+def _open(folder: Path, durable_spare: bool = False) -> Journal:
+    return Journal.open(folder, segment_bytes=SEGMENT, max_bytes=1 << 20,
+                        durable_spare=durable_spare)
+
+
+def _segments(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.name.endswith(SUFFIX))
+
+
+def _fill(journal: Journal, records: int, partition: int = 0) -> list[int]:
+    # Sizes vary, so that entries of one use of a file do not line up with the last one's.
+    return [journal.append("t", partition, 1, None, VALUE[:150 + 37 * (i % 3)])
+            for i in range(records)]
+
+
+def test_a_settled_segment_is_reused_and_its_old_records_never_come_back(
+        tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    seqs: list[int] = []
+    settled = 0
+    for _ in range(6):  # each round writes about two segments and settles all but the last
+        for _ in range(40):
+            seqs += _fill(journal, 1)
+            # A recycled segment reads as a fresh one: zeros after its last entry.
+            head = journal.head
+            assert head is not None
+            tail = head.path.read_bytes()[head.write_pos:]
+            assert tail == bytes(SEGMENT - head.write_pos), (head.first_seq, head.write_pos)
+        journal.done("t", 0, seqs[settled], seqs[-6], len(seqs) - 5 - settled)
+        settled = len(seqs) - 5
+    assert journal.recycled >= 3
+    # A crash now: the files as they are (what the page cache holds) are all a restart has.
+    copy = tmp_path.parent / "copy"
+    shutil.copytree(tmp_path, copy, ignore=shutil.ignore_patterns("*.lock"))
+    owed_now = seqs[settled:]
+    journal.close()
+    assert not (tmp_path / SPARE).exists()  # close lets the spare go
+
+    for folder in (tmp_path, copy):
+        again = _open(folder)
+        assert [r.seq for r in again.recovery.records] == owed_now
+        assert again.recovery.problems == []
+        assert not (folder / SPARE).exists()  # a crash's spare is discarded at open
+        again.close()
+
+
+def test_records_in_a_recycled_segment_survive_a_restart_with_their_fields(
+        tmp_path: Path) -> None:
+    journal = _open(tmp_path)
+    first = _fill(journal, 40)
+    journal.done("t", 0, first[0], first[-1], 40)
+    later = [journal.append("t", 1, 7, b"key%d" % i, VALUE + b"%d" % i, [("h", b"%d" % i)])
+             for i in range(30)]  # on into the spare made of a settled segment
+    assert journal.recycled >= 1
+    journal.close()
+    again = _open(tmp_path)
+    got = [(r.seq, r.partition, r.key, r.value, r.headers) for r in again.recovery.records]
+    assert got == [(s, 1, b"key%d" % i, VALUE + b"%d" % i, (("h", b"%d" % i),))
+                   for i, s in enumerate(later)]
+    again.close()
+
+
+def test_with_a_durable_sync_the_spare_is_reused_only_once_its_zeros_are_synced(
+        tmp_path: Path) -> None:
+    journal = _open(tmp_path, durable_spare=True)
+    seqs = _fill(journal, 40)  # three segments
+    journal.done("t", 0, seqs[0], seqs[-1], 40)
+    assert (tmp_path / SPARE).exists()
+    _fill(journal, 40)
+    assert journal.recycled == 0  # the spare's zeros were not synced: fresh segments
+    files = journal.unsynced()
+    assert any(path.name == SPARE for _segment, path, _pos in files)
+    sync_files(files)
+    journal.synced(files)
+    assert all(path.name != SPARE for _segment, path, _pos in journal.unsynced())
+    _fill(journal, 40)
+    assert journal.recycled == 1
+    journal.close()
