@@ -170,6 +170,11 @@ class Journal:
         self._spare: Segment | None = None
         self.durable_spare = durable_spare
         self.recycled = 0  # segments made of the spare (for tests and the docs' figures)
+        # The run of records appended to one partition in one segment and not yet counted
+        # in it (see append and _flush_run).
+        self._run_tp: TopicPartition | None = None
+        self._run_segment: Segment | None = None
+        self._run = 0
         self._lock = FolderLock(folder)
         self._segments: deque[Segment] = deque()
         self._head: Segment | None = None  # the newest segment, where entries go
@@ -379,14 +384,22 @@ class Journal:
                 seq, topic_id, partition, timestamp, key, value, headers
             ):
                 self._next_seq = seq + 1
+                # Records of one partition come in runs (a batch fills before the next):
+                # while the run lasts, only a counter moves (see _flush_run).
+                if tp is self._run_tp and segment is self._run_segment and tp is not None:
+                    self._run += 1
+                    return seq
                 if tp is None:
                     tp = (topic, partition)
+                self._flush_run()
                 owed = segment.owed.get(tp)
                 if owed is None:
                     self._owe(tp, segment, 1)  # counts it in segment.records too
                 else:
                     segment.records += 1
                     segment.owed[tp] = owed + 1
+                self._run_tp = tp
+                self._run_segment = segment
                 return seq
         topic_id = self._topic_id(topic)
         payload = entries.encode_record(seq, topic_id, partition, timestamp, key, value,
@@ -525,7 +538,23 @@ class Journal:
             return made
         return Segment.create(self.folder, self._next_seq, self.segment_bytes)
 
+    def _flush_run(self) -> None:
+        """Count the current run's records in their segment: before anything reads or
+        changes the counts (``Segment.records`` and ``Segment.owed``)."""
+        run = self._run
+        if run:
+            segment, tp = self._run_segment, self._run_tp
+            assert segment is not None
+            assert tp is not None
+            segment.records += run
+            segment.owed[tp] += run
+            self._run = 0
+        # A settle may drop the partition's count from the segment: the next record starts a
+        # run of its own, counted as the first of its partition there.
+        self._run_tp = self._run_segment = None
+
     def _owe(self, tp: TopicPartition, segment: Segment, count: int) -> None:
+        self._flush_run()
         segment.records += count
         owed = segment.owed.get(tp)
         if owed is None:
@@ -538,6 +567,7 @@ class Journal:
             segment.owed[tp] = owed + count
 
     def _settle(self, tp: TopicPartition, count: int) -> None:
+        self._flush_run()
         holders = self._owed.get(tp)
         while count > 0 and holders:
             segment = holders[0]
@@ -559,6 +589,7 @@ class Journal:
             )
 
     def _drop_settled_segments(self) -> None:
+        self._flush_run()
         # The newest stays: it is where the next entry goes (unless recovery cut it).
         while len(self._segments) > 1 and self._segments[0].records == 0:
             segment = self._segments.popleft()

@@ -3,6 +3,10 @@
 cimport cython
 from aioaccum._core.accumulator cimport RecordAccumulator
 from aioaccum._core.futures cimport ProduceRequestResult, RecordFuture
+from aioaccum._journal.journal cimport Journal
+
+
+cpdef Py_ssize_t entry_bound(str topic, Py_ssize_t record_size, Py_ssize_t headers) except? -1
 
 
 cdef class _Range:
@@ -15,7 +19,7 @@ cdef class _Range:
 
 
 cdef class JournaledAccumulator(RecordAccumulator):
-    cdef public object journal
+    cdef public Journal journal
     cdef public object syncer
     cdef public object journal_lock
     cdef public dict _ranges
@@ -28,7 +32,7 @@ cdef class JournaledAccumulator(RecordAccumulator):
     # Instance attributes beyond these fields: tests wrap methods of a running accumulator.
     cdef dict __dict__
 
-    @cython.locals(future=RecordFuture, result=ProduceRequestResult, found=_Range,
+    @cython.locals(future=RecordFuture, result=ProduceRequestResult, found=_Range, journal=Journal,
                    seq=cython.longlong, needed=Py_ssize_t, threaded=cython.bint)
     cpdef object append(
         self, str topic, partition, timestamp, key, value, headers, Py_ssize_t record_size,

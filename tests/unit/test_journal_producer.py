@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import math
+import os
 import pathlib
 from typing import Any
 
@@ -14,7 +15,6 @@ import pytest
 from aioaccum import Producer
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
-from aioaccum._journal import segment as segment_module
 from aioaccum._journal.journal import Journal
 from aioaccum._runtime.journaling import JournaledAccumulator, JournalSyncer
 from aioaccum.errors import JournalError, JournalFullError, JournalLockedError
@@ -210,7 +210,8 @@ async def test_a_disk_error_on_a_new_segment_refuses_the_record_before_the_batch
             raise OSError(errno.EIO, "Input/output error")
 
         sent = [await producer.send("t", value + b"0", partition=0)]  # makes the first segment
-        monkeypatch.setattr(segment_module.Segment, "create", refuse)
+        # The disk refuses the next segment's blocks.
+        monkeypatch.setattr(os, "posix_fallocate", refuse)
         with pytest.raises(JournalError, match="Input/output error"):  # noqa: PT012
             for i in range(1, 30):  # the first segment holds about 11 of them
                 sent.append(await producer.send("t", value + b"%d" % i, partition=0))

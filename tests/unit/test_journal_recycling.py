@@ -91,3 +91,37 @@ def test_with_a_durable_sync_the_spare_is_reused_only_once_its_zeros_are_synced(
     _fill(journal, 40)
     assert journal.recycled == 1
     journal.close()
+
+
+def test_runs_of_one_partition_are_counted_as_single_records_are(tmp_path: Path) -> None:
+    """Appends that pass the same ``tp`` object in a row are counted by a run counter; the
+    counts must come out as if each record were counted alone, however runs, settles and
+    segment rolls interleave (checked against the owed records a restart finds)."""
+    import random
+
+    rng = random.Random(7)
+    journal = _open(tmp_path)
+    tps = [("t", 0), ("t", 1), ("t", 2)]
+    owed: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    for _step in range(400):
+        partition = rng.choice((0, 0, 0, 1, 2))  # long runs of 0, short ones of the others
+        tp = tps[partition] if rng.random() < 0.9 else ("t", partition)  # equal, not the same
+        for _ in range(rng.randint(1, 12)):
+            owed[partition].append(
+                journal.append("t", partition, 1, None, VALUE[:rng.randint(1, 200)], (), tp))
+        if rng.random() < 0.3:
+            keep = rng.randint(0, 3)
+            settled = owed[partition][:max(0, len(owed[partition]) - keep)]
+            if settled:
+                journal.done("t", partition, settled[0], settled[-1], len(settled))
+                del owed[partition][:len(settled)]
+    assert journal.recycled >= 1
+    journal.close()
+    again = _open(tmp_path)
+    assert sorted(r.seq for r in again.recovery.records) == sorted(
+        s for seqs in owed.values() for s in seqs)
+    for partition, seqs in owed.items():  # and every settled segment went
+        if seqs:
+            again.done("t", partition, seqs[0], seqs[-1], len(seqs))
+    assert len(_segments(tmp_path)) == 1
+    again.close()
