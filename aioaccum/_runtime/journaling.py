@@ -35,6 +35,7 @@ from aioaccum._runtime.journaled import JournaledAccumulator
 from aioaccum._runtime.recovery import Recovered, RecoveryReport, at_least_once
 from aioaccum._runtime.spill import Spill
 from aioaccum.config.producer_config import ProducerConfig
+from aioaccum.errors import JournalError
 
 __all__ = [
     "JournalSyncer",
@@ -73,6 +74,7 @@ class JournalSyncer:
         self._task: asyncio.Task[None] | None = None
         self._loop_thread = threading.get_ident()  # made on the loop's thread
         self.syncs = 0
+        self.failures = 0  # syncs that fdatasync refused
 
     def start(self) -> None:
         if self.mode == "interval":
@@ -82,16 +84,34 @@ class JournalSyncer:
     async def _every_interval(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
-            await self._sync_once()
+            try:
+                await self._sync_once()
+            except JournalError as exc:
+                # The records stay journaled and go to Kafka as usual; only their survival
+                # of a power loss is in doubt. The next interval tries again.
+                log.error("%s", exc)
 
     async def _sync_once(self) -> int:
-        """One sync of what is written now; returns the journal position it covers."""
+        """One sync of what is written now; returns the journal position it covers.
+
+        Raises:
+            JournalError: ``fdatasync`` failed (the files stay unsynced, for the next try).
+        """
         acc = self._acc
         with acc.journal_lock:
             covered = acc.journal.next_seq
             files = acc.journal.unsynced()
         if files:
-            await self._loop.run_in_executor(self._executor, sync_files, files)
+            try:
+                await self._loop.run_in_executor(self._executor, sync_files, files)
+            except OSError as exc:
+                self.failures += 1
+                raise JournalError(
+                    f"fdatasync of the journal in {acc.journal.folder} failed "
+                    f"({exc.strerror or exc}; {self.failures} failed sync(s) so far): the "
+                    f"records journaled up to number {covered - 1} stay in the journal and "
+                    f"are sent to Kafka, but may not survive a power loss; check the disk"
+                ) from exc
             with acc.journal_lock:
                 acc.journal.synced(files)
             self.syncs += 1
@@ -145,8 +165,12 @@ class JournalSyncer:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await self._sync_once()  # what the last interval did not reach
-        self._executor.shutdown(wait=False)
+        try:
+            await self._sync_once()  # what the last interval did not reach
+        except JournalError as exc:
+            log.error("%s", exc)  # close goes on: the folder is let go, its records kept
+        finally:
+            self._executor.shutdown(wait=False)
 
 
 def resend_recovered(acc: JournaledAccumulator, spill: Spill) -> int:

@@ -161,6 +161,59 @@ async def test_sync_interval_syncs_on_its_own(tmp_path: pathlib.Path) -> None:
         assert producer._journal is None  # send() does not wait for it
 
 
+def failing_fdatasync(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[int]:
+    """Make the next ``failures`` calls of ``os.fdatasync`` fail as a dying disk does (EIO);
+    returns the list of descriptors it refused."""
+    refused: list[int] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        if len(refused) < failures:
+            refused.append(fd)
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    return refused
+
+
+async def test_a_failed_sync_interval_is_logged_and_the_next_interval_syncs(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    refused = failing_fdatasync(monkeypatch, 2)
+    producer, fake = make(tmp_path, journal_sync="interval", journal_sync_ms=1)
+    async with producer:
+        future = await producer.send("t", b"x", partition=0)
+        syncer = syncer_of(producer)
+        while syncer.syncs == 0:  # noqa: ASYNC110  (the syncer has no event to wait on)
+            await asyncio.sleep(0.001)
+        await future
+    assert len(refused) == 2
+    assert syncer.failures == 2
+    failed = [r for r in caplog.records if "fdatasync of the journal" in r.getMessage()]
+    assert len(failed) == 2
+    assert "Input/output error" in failed[0].getMessage()
+    assert "may not survive a power loss" in failed[0].getMessage()
+    assert [r.value for r in fake.log[TP0]] == [b"x"]
+
+
+async def test_a_failed_sync_always_fails_send_with_a_typed_error_and_loses_nothing(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    producer, fake = make(tmp_path, journal_sync="always")
+    async with producer:
+        await producer.send("t", b"first", partition=0)
+        refused = failing_fdatasync(monkeypatch, 1)
+        with pytest.raises(JournalError, match=r"fdatasync .* failed \(Input/output error; 1 "):
+            await producer.send("t", b"second", partition=0)
+        assert len(refused) == 1
+        # The disk recovers: the next sync covers both records.
+        last = await producer.send("t", b"third", partition=0)
+        await last
+        await producer.flush()
+    assert [r.value for r in fake.log[TP0]] == [b"first", b"second", b"third"]
+    assert owed(tmp_path) == []
+
+
 async def test_send_many_journals_every_record(tmp_path: pathlib.Path) -> None:
     fake = SequencedFakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
     producer, _ = make(tmp_path, fake)
