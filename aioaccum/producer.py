@@ -35,13 +35,13 @@ from aioaccum._core.validate import (
 from aioaccum._kafka.adapter import AioKafkaAdapter, KafkaAdapter
 from aioaccum._producer.send_arrow import send_arrow
 from aioaccum._producer.send_many import NO_HEADERS, RECORD_BOUND, send_each, send_many
+from aioaccum._runtime import journaled
 from aioaccum._runtime.from_thread import (
     enable_threads,
     refuse_to_block_the_loop,
     wait_for_topic_from_thread,
 )
 from aioaccum._runtime.hooks import SendHooks
-from aioaccum._runtime.journaled import journal_room, load_spilled, spilled_records
 from aioaccum._runtime.journaling import at_least_once, close_journal, start_journal
 from aioaccum._runtime.loops import LOOP_BUSY, LOOP_STOPPED, close_kafka, read_on
 from aioaccum._runtime.pool import BufferPool
@@ -458,7 +458,7 @@ class Producer:
         """Buffer one record; return a future of its metadata.
 
         Waits (up to ``max_block_ms``) only for the topic's metadata and for memory (with
-        ``journal_dir``, for journal room instead: records beyond memory wait on disk).
+        ``journal_dir``, for journal room, and for memory up to journal_spill_after_ms only).
 
         The future is a :class:`FutureRecordMetadata` (Java's record future): it shares its
         batch's outcome and builds the :class:`RecordMetadata` when read. Await it, gather it,
@@ -690,9 +690,9 @@ class Producer:
         loop = self._loop
         assert pool is not None
         assert loop is not None
-        if request.size == 0:  # journal room, not memory: see JournaledAccumulator.append
-            return await journal_room(self, acc, max_block_ms, topic, partition, timestamp_ms,
-                                      key, value, headers, size, partitions, kafka)
+        if isinstance(acc, journaled.JournaledAccumulator):  # journal room, or memory, or disk
+            return await journaled.journaled_wait(self, acc, request, max_block_ms, topic,
+                partition, timestamp_ms, key, value, headers, size, partitions, kafka)
         buffer = await pool.allocate(request.size, max_block_ms)
         if self._parts is None:
             # Closed, or a transaction ended while this send waited: the buffer goes back.
@@ -821,7 +821,7 @@ class Producer:
         sender.wakeup()
         try:
             async with asyncio.timeout(timeout):
-                pending += await load_spilled(acc, sender)  # records on disk alone, first
+                pending += await journaled.load_spilled(acc, sender)  # records on disk, first
                 while any(not b.is_finished for b in pending):
                     if sender.fatal_error is not None:
                         raise ProducerFailedError(
@@ -850,7 +850,7 @@ class Producer:
         if acc is None:
             return 0
         return sum(b.record_count for b in acc.incomplete_batches() if not b.is_done) + (
-            spilled_records(acc))
+            journaled.spilled_records(acc))
 
     def metrics(self) -> dict[str, float]:
         """Java-named producer-level metrics (``record-send-rate``, ``bufferpool-wait-ratio``,

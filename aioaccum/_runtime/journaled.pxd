@@ -29,6 +29,7 @@ cdef class JournaledAccumulator(RecordAccumulator):
     cdef public double thread_block
     cdef public object spill
     cdef public bint spilling
+    cdef public double spill_after_ms
     # Instance attributes beyond these fields: tests wrap methods of a running accumulator.
     cdef dict __dict__
 

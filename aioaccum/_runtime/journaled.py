@@ -37,11 +37,11 @@ from aioaccum._core.cluster import ClusterView
 from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult, RecordFuture
 from aioaccum._journal.entries import ENTRY_HEADER
 from aioaccum._journal.journal import Journal
-from aioaccum.errors import JournalError, JournalFullError
+from aioaccum.errors import BufferExhaustedError, JournalError, JournalFullError
 
 __all__ = [
     "JOURNAL_ROOM", "JournaledAccumulator", "entry_bound", "journal_full", "journal_room",
-    "load_spilled", "spilled_records",
+    "journaled_wait", "load_spilled", "spilled_records",
 ]
 
 # What append() answers a coroutine whose record the full journal cannot take now: a request
@@ -114,6 +114,9 @@ class JournaledAccumulator(RecordAccumulator):
         # start_journal; ``spilling`` while any does, so that later records queue behind them.
         self.spill: Any = None
         self.spilling = False
+        # How long a coroutine's record waits for memory before it spills instead (ms; set
+        # from journal_spill_after_ms by start_journal). Threads spill at once.
+        self.spill_after_ms = 0.0
         self.recovery_report: Any = None  # what start_journal recovered (a RecoveryReport)
 
     # --- records in
@@ -176,8 +179,10 @@ class JournaledAccumulator(RecordAccumulator):
                 partitions, cluster, now, granted, for_thread,
             )
             if type(appended) is BufferRequest:
-                if self.spill is not None:
-                    # No memory: rather than wait for it, the record waits on disk alone.
+                if self.spill is not None and (for_thread or self.spill_after_ms <= 0):
+                    # No memory: rather than wait for it, the record waits on disk alone. A
+                    # coroutine waits for memory first (see journaled_wait): reading records
+                    # back from disk costs more than waiting while the cluster keeps up.
                     request: BufferRequest = appended
                     spilled = self.spill.add(
                         topic, partition, timestamp, key, value, headers, record_size,
@@ -366,6 +371,55 @@ class JournaledAccumulator(RecordAccumulator):
     def close_journal(self) -> None:
         with self.journal_lock:
             self.journal.close()
+
+
+async def journaled_wait(
+    producer: Any,
+    acc: RecordAccumulator,
+    request: BufferRequest,
+    max_block_ms: float,
+    topic: str,
+    partition: int | None,
+    timestamp: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header],
+    size: int,
+    partitions: Sequence[int],
+    kafka: Any,
+) -> FutureRecordMetadata:
+    """A coroutine's append that a journaled accumulator could not make at once: for journal
+    room (see :func:`journal_room`), or for memory. Memory is waited for at most
+    ``journal_spill_after_ms`` (and ``max_block_ms``), as a producer without a journal waits:
+    while the cluster keeps up, memory comes back within a round trip, and a record that waits
+    in memory costs less than one written to disk alone and read back. Past that wait (an
+    outage, say) the record spills, and every later one with it until the spill catches up.
+    Nothing is appended until it returns, so a cancelled wait took nothing.
+    """
+    assert isinstance(acc, JournaledAccumulator)  # the producer asks only for these
+    if request.size == 0:
+        return await journal_room(producer, acc, max_block_ms, topic, partition, timestamp,
+                                  key, value, headers, size, partitions, kafka)
+    pool = producer._pool
+    loop = asyncio.get_running_loop()
+    try:
+        buffer = await pool.allocate(request.size, min(acc.spill_after_ms, max_block_ms))
+    except BufferExhaustedError:
+        if producer._parts is None:
+            producer._running_parts()  # closed meanwhile: raises why
+        acc.spilling = True  # this record and those after it wait on disk, in order
+        appended = acc.append(topic, partition, timestamp, key, value, headers, size,
+                              partitions, kafka, loop.time())
+        if type(appended) is BufferRequest:  # the journal is full: wait for its room
+            return await journal_room(producer, acc, max_block_ms, topic, partition,
+                                      timestamp, key, value, headers, size, partitions, kafka)
+        return cast(FutureRecordMetadata, appended)
+    if producer._parts is None:
+        pool.deallocate(buffer)  # closed, or the transaction ended, while this send waited
+        producer._running_parts()
+    granted = acc.append(topic, partition, timestamp, key, value, headers, size, partitions,
+                         kafka, loop.time(), granted=(request, buffer))
+    return cast(FutureRecordMetadata, granted)
 
 
 async def journal_room(

@@ -218,7 +218,9 @@ async def start_journal(acc: RecordAccumulator, kafka: Any, pool: Any,
     if cfg.journal_sync != "none":
         acc.syncer = JournalSyncer(acc, cfg.journal_sync, cfg.journal_sync_ms / 1000, loop)
         acc.syncer.start()
-    # From now on no send() waits for memory; the owed records go first, through the spill.
+    # From now on a send() waits for memory at most journal_spill_after_ms, then its record
+    # waits on disk; the owed records go first, through the spill.
+    acc.spill_after_ms = cfg.journal_spill_after_ms
     spill = acc.spill = Spill(acc, kafka, pool, loop)
     recovered = resend_recovered(acc, spill)
     spill.start()

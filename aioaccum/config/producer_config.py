@@ -180,6 +180,7 @@ class ProducerConfig:
     journal_dir: str | os.PathLike[str] | None = _ROW_DEFAULT  # kept as a str
     journal_sync: str = _ROW_DEFAULT
     journal_sync_ms: int = _ROW_DEFAULT
+    journal_spill_after_ms: int = _ROW_DEFAULT
     journal_max_bytes: int = _ROW_DEFAULT
     journal_segment_bytes: int = _ROW_DEFAULT
     _explicit: frozenset[str] = field(

@@ -199,6 +199,9 @@ SETTINGS: tuple[Setting, ...] = (
             "but the last journal_sync_ms), always (power loss: send() waits for an fsync)"),
     Setting("journal_sync_ms", NoJavaName(_JOURNAL), Int(1, INT_MAX), 100,
             "With journal_sync='interval': fsync the journal at most this often"),
+    Setting("journal_spill_after_ms", NoJavaName(_JOURNAL), Int(0, INT_MAX), 1000,
+            "With journal_dir: how long send() waits for buffer memory before its record "
+            "waits on disk alone instead (spills); 0: at once"),
     Setting("journal_max_bytes", NoJavaName(_JOURNAL), Int(1, LONG_MAX), 1 << 30,
             "Bound of the journal on disk; when full, send() waits up to max_block_ms for "
             "acknowledgements to free a segment"),

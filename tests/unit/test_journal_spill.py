@@ -23,7 +23,9 @@ from .test_journal_producer import SEGMENT, TP0, TP1, make, never_answer, owed
 
 MEMORY = 64 << 10
 VALUE = b"x" * 1000
-SMALL = {"buffer_memory": MEMORY, "batch_size": 16 << 10}
+# Records spill as soon as the pool has no room (journal_spill_after_ms=0): the spill's own
+# tests; the wait before a spill has tests of its own below.
+SMALL = {"buffer_memory": MEMORY, "batch_size": 16 << 10, "journal_spill_after_ms": 0}
 
 
 def spill_of(producer: Producer) -> Spill:
@@ -296,3 +298,61 @@ async def test_a_catch_up_that_breaks_fails_the_spilled_futures_rather_than_leav
     assert in_use(producer) == 0  # the buffer granted for the record that broke went back
     await producer.close()
     assert len(owed(tmp_path)) == spilled  # still owed: the next producer sends them
+
+
+async def test_while_the_cluster_answers_a_send_waits_for_memory_and_nothing_spills(
+    tmp_path: pathlib.Path,
+) -> None:
+    fake = FakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake, **{**SMALL, "journal_spill_after_ms": 60_000})
+    async with producer:
+        release = await never_answer(fake)
+        spill = spill_of(producer)
+        futures: list[Any] = []
+        waiting = None
+        for i in range(600):  # until a send finds the pool without room
+            send = asyncio.ensure_future(producer.send("t", numbered(i), partition=i % 2))
+            for _ in range(20):
+                await asyncio.sleep(0)
+            if not send.done():
+                waiting = send
+                break
+            futures.append(send.result())
+        assert waiting is not None, "the 64 KiB pool never ran out"
+        assert spill.spilled == 0  # it waits in memory's queue, not on disk
+        release.set()  # the cluster answers: memory comes back
+        futures.append(await waiting)
+        futures.append(await producer.send("t", numbered(len(futures)), partition=len(futures) % 2))
+        await asyncio.gather(*futures)
+        assert spill.spilled == 0
+    assert_in_order(fake, len(futures))
+    assert owed(tmp_path) == []
+
+
+async def test_a_send_that_waits_past_spill_after_spills_and_later_records_queue_behind(
+    tmp_path: pathlib.Path,
+) -> None:
+    fake = FakeKafka(StaticCluster.uniform({"t": 2}, nodes=1))
+    producer, _ = make(tmp_path, fake, **{**SMALL, "journal_spill_after_ms": 50})
+    async with producer:
+        release = await never_answer(fake)
+        spill = spill_of(producer)
+        loop = asyncio.get_running_loop()
+        futures: list[Any] = []
+        took = 0.0
+        while spill.spilled == 0:
+            start = loop.time()
+            futures.append(await producer.send("t", numbered(len(futures)),
+                                               partition=len(futures) % 2))
+            took = loop.time() - start
+        assert took >= 0.05  # the first record past memory waited journal_spill_after_ms
+        for i in range(len(futures), len(futures) + 50):  # the next ones spill at once
+            before = spill.spilled
+            futures.append(await producer.send("t", numbered(i), partition=i % 2))
+            assert spill.spilled == before + 1
+        assert not any(f.done() for f in futures[-51:])
+        release.set()
+        await asyncio.gather(*futures)
+        assert spill.pending == 0
+    assert_in_order(fake, len(futures))
+    assert owed(tmp_path) == []
