@@ -205,7 +205,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("journal_max_bytes", NoJavaName(_JOURNAL), Int(1, LONG_MAX), 1 << 30,
             "Bound of the journal on disk; when full, send() waits up to max_block_ms for "
             "acknowledgements to free a segment"),
-    Setting("journal_segment_bytes", NoJavaName(_JOURNAL), Int(1, INT_MAX), 64 << 20,
+    Setting("journal_segment_bytes", NoJavaName(_JOURNAL), Int(1, INT_MAX), 16 << 20,
             "Size of one journal segment file; must exceed max_request_size + 64 KiB"),
 )  # fmt: skip  (a table: one row per setting)
 
