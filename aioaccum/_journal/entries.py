@@ -34,9 +34,11 @@ from crc32c import crc32c
 
 __all__ = [
     "DONE",
+    "DONE_FIELDS",
     "ENTRY_HEADER",
     "RECORD",
     "SEAL",
+    "SEAL_FIELDS",
     "SEGMENT_HEADER",
     "TOPIC",
     "Done",
@@ -66,8 +68,11 @@ _TOPIC = struct.Struct(">I")
 _RECORD = struct.Struct(">qIiq")  # seq, topic id, partition, timestamp
 _LENGTH = struct.Struct(">i")
 _COUNT = struct.Struct(">H")
-_SEAL = struct.Struct(">qqIiIqhi")  # first, last, topic id, partition, count, pid, epoch, seq
-_DONE = struct.Struct(">qqIiI")  # first, last, topic id, partition, count
+# A SEAL's and a DONE's payloads, packed straight from their fields by the journal (one of
+# each per batch) and through Seal and Done by the encoders below.
+SEAL_FIELDS = struct.Struct(">qqIiIqhi")  # first, last, topic id, partition, count, pid, epoch,
+# base sequence
+DONE_FIELDS = struct.Struct(">qqIiI")  # first, last, topic id, partition, count
 
 Header = tuple[str, bytes | None]
 
@@ -137,11 +142,11 @@ def encode_record(
 
 
 def encode_seal(seal: Seal) -> bytes:
-    return _SEAL.pack(*seal)
+    return SEAL_FIELDS.pack(*seal)
 
 
 def encode_done(done: Done) -> bytes:
-    return _DONE.pack(*done)
+    return DONE_FIELDS.pack(*done)
 
 
 def decode(kind: int, payload: bytes) -> tuple[int, str] | Record | Seal | Done:
@@ -157,11 +162,11 @@ def decode(kind: int, payload: bytes) -> tuple[int, str] | Record | Seal | Done:
         if kind == RECORD:
             return _decode_record(payload)
         if kind == SEAL:
-            _exact(payload, _SEAL.size)
-            return Seal(*_SEAL.unpack(payload))
+            _exact(payload, SEAL_FIELDS.size)
+            return Seal(*SEAL_FIELDS.unpack(payload))
         if kind == DONE:
-            _exact(payload, _DONE.size)
-            return Done(*_DONE.unpack(payload))
+            _exact(payload, DONE_FIELDS.size)
+            return Done(*DONE_FIELDS.unpack(payload))
     except (struct.error, UnicodeDecodeError) as exc:
         raise EntryError(f"entry of kind {kind} does not decode: {exc}") from None
     raise EntryError(f"unknown entry kind {kind}")

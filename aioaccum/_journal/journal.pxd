@@ -18,7 +18,7 @@ cdef class Journal:
     cdef public object recovery
     cdef public Segment _warm
     cdef public Segment _spare
-    cdef public bint durable_spare
+    cdef public bint recycle
     cdef public Py_ssize_t recycled
     cdef public object _run_tp
     cdef public Segment _run_segment

@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aioaccum._journal import entries
-from aioaccum._journal.entries import ENTRY_HEADER, SEGMENT_HEADER, Done, Record, Seal
+from aioaccum._journal.entries import (
+    DONE_FIELDS,
+    ENTRY_HEADER,
+    SEAL_FIELDS,
+    SEGMENT_HEADER,
+    Done,
+    Record,
+    Seal,
+)
 from aioaccum._journal.lock import FolderLock
 from aioaccum._journal.reader import RecordReader
 from aioaccum._journal.segment import SPARE, SUFFIX, Problem, Segment, is_disk_full
@@ -158,17 +166,18 @@ class Journal:
     """
 
     def __init__(self, folder: Path, segment_bytes: int, max_bytes: int,
-                 durable_spare: bool = False) -> None:
+                 recycle: bool = True) -> None:
         self.folder = folder
         self.segment_bytes = segment_bytes
         self.max_bytes = max_bytes
         # Recycling (see segment.py): the segment before the newest stays mapped (``_warm``),
-        # so that it can become the spare once it owes nothing. With ``durable_spare`` (a
-        # journal_sync that survives power loss) the spare is reused only once a sync made its
-        # zeros durable: a segment made of it must never show its old entries after a crash.
+        # so that it can become the spare once it owes nothing. Off (``recycle``) for a
+        # journal_sync that survives power loss: a segment made of the spare must never show
+        # its old entries after a crash, so its zeros would have to reach the disk first, and
+        # that doubles what the syncs write.
         self._warm: Segment | None = None
         self._spare: Segment | None = None
-        self.durable_spare = durable_spare
+        self.recycle = recycle
         self.recycled = 0  # segments made of the spare (for tests and the docs' figures)
         # The run of records appended to one partition in one segment and not yet counted
         # in it (see append and _flush_run).
@@ -190,9 +199,9 @@ class Journal:
 
     @classmethod
     def open(cls, folder: str | os.PathLike[str], *, segment_bytes: int,
-             max_bytes: int, durable_spare: bool = False) -> Journal:
+             max_bytes: int, recycle: bool = True) -> Journal:
         """Lock ``folder`` (made if missing), read what it holds, and be ready to append.
-        ``durable_spare``: see ``__init__`` (True unless ``journal_sync='none'``).
+        ``recycle``: see ``__init__`` (False unless ``journal_sync='none'``).
 
         Raises:
             JournalLockedError: Another producer holds the folder.
@@ -210,7 +219,7 @@ class Journal:
             raise JournalError(
                 f"cannot make journal_dir {path}: {exc.strerror}; point it at a writable folder"
             ) from exc
-        journal = cls(path, segment_bytes, max_bytes, durable_spare)
+        journal = cls(path, segment_bytes, max_bytes, recycle)
         journal._lock.acquire()
         try:
             # A spare left by a crash holds nothing owed; its zeros may be half written.
@@ -415,13 +424,12 @@ class Journal:
     def seal(self, topic: str, partition: int, first_seq: int, last_seq: int, count: int,
              producer_id: int, epoch: int, base_sequence: int) -> None:
         """Journal that records of a partition went into a batch under this producer state."""
-        topic_id = self._topic_id(topic)
-        payload = entries.encode_seal(Seal(first_seq, last_seq, topic_id, partition, count,
-                                           producer_id, epoch, base_sequence))
-        segment = self._writable(len(payload) + len(topic) + 2 * ENTRY_HEADER.size + 4,
-                                 owed=False)
-        self._define(segment, topic_id)
-        segment.append(entries.SEAL, payload)
+        topic_id = self._topic_ids.get(topic)
+        if topic_id is None:
+            topic_id = self._topic_id(topic)
+        payload = SEAL_FIELDS.pack(first_seq, last_seq, topic_id, partition, count, producer_id,
+                                   epoch, base_sequence)
+        self._append_entry(entries.SEAL, payload, topic, topic_id)
 
     def done(self, topic: str, partition: int, first_seq: int, last_seq: int,
              count: int) -> None:
@@ -429,14 +437,24 @@ class Journal:
 
         Segments that owe nothing any more are deleted, oldest first.
         """
-        topic_id = self._topic_id(topic)
-        payload = entries.encode_done(Done(first_seq, last_seq, topic_id, partition, count))
+        topic_id = self._topic_ids.get(topic)
+        if topic_id is None:
+            topic_id = self._topic_id(topic)
+        self._append_entry(entries.DONE, DONE_FIELDS.pack(first_seq, last_seq, topic_id,
+                                                          partition, count), topic, topic_id)
+        self._settle((topic, partition), count)
+        self._drop_settled_segments()
+
+    def _append_entry(self, kind: int, payload: bytes, topic: str, topic_id: int) -> None:
+        """Append a seal or an outcome (never refused for ``max_bytes``: see _writable)."""
+        segment = self._head
+        if (segment is not None and topic_id in segment.topics
+                and segment.writer.append(kind, payload)):
+            return  # the usual case: the newest segment knows the topic and has room
         segment = self._writable(len(payload) + len(topic) + 2 * ENTRY_HEADER.size + 4,
                                  owed=False)
         self._define(segment, topic_id)
-        segment.append(entries.DONE, payload)
-        self._settle((topic, partition), count)
-        self._drop_settled_segments()
+        segment.append(kind, payload)
 
     def sync(self) -> None:
         """Make everything written so far survive a power loss (``fdatasync`` per segment
@@ -445,14 +463,9 @@ class Journal:
             segment.sync()
 
     def unsynced(self) -> list[tuple[Segment, Path, int]]:
-        """Segments written since their last sync: (segment, its file, bytes written), and the
-        spare while its zeros are not durable. Hand the files to :func:`sync_files` on another
-        thread, then :meth:`synced` the list."""
-        out = [(s, s.path, s.write_pos) for s in self._segments if s.write_pos > s.synced_pos]
-        spare = self._spare
-        if spare is not None and spare.write_pos > spare.synced_pos:
-            out.append((spare, spare.path, spare.write_pos))
-        return out
+        """Segments written since their last sync: (segment, its file, bytes written). Hand
+        the files to :func:`sync_files` on another thread, then :meth:`synced` the list."""
+        return [(s, s.path, s.write_pos) for s in self._segments if s.write_pos > s.synced_pos]
 
     @staticmethod
     def synced(done: list[tuple[Segment, Path, int]]) -> None:
@@ -524,14 +537,18 @@ class Journal:
             # before it is let go, so that a long outage holds no more than two maps.
             if self._warm is not None:
                 self._warm.retire()
-            self._warm = self._segments[-1]
+            self._warm = None
+            if self.recycle:
+                self._warm = self._segments[-1]
+            else:
+                self._segments[-1].retire()
         self._segments.append(segment)
         self._head = segment
         return segment
 
     def _new_segment(self) -> Segment:
         spare = self._spare
-        if spare is not None and (not self.durable_spare or spare.synced_pos >= spare.write_pos):
+        if spare is not None:
             made = spare.reuse(self.folder, self._next_seq)  # FileExistsError: spare kept
             self._spare = None
             self.recycled += 1
@@ -595,7 +612,7 @@ class Journal:
             segment = self._segments.popleft()
             if segment is self._warm:
                 self._warm = None
-            if (self._spare is None and not segment.retired
+            if (self.recycle and self._spare is None and not segment.retired
                     and segment.size == self.segment_bytes):
                 try:
                     self._spare = segment.make_spare(self.folder)

@@ -136,8 +136,7 @@ class Segment:
         """This segment, which owes nothing, as the spare: renamed to :data:`SPARE` in
         ``folder``, its entries zeroed through the map. Returns the spare (a new object on the
         same file and map; this one is left closed, so that nothing holding it reads the
-        spare's bytes as its own). Its :attr:`synced_pos` is -1 until a sync makes the zeros
-        durable.
+        spare's bytes as its own).
 
         Raises:
             OSError: The rename failed (the segment is unchanged; delete it instead).
@@ -158,7 +157,6 @@ class Segment:
         finally:
             view.release()
         spare = Segment(spare_path, self._fd, self.size, -1, self._map)
-        spare.synced_pos = -1
         self._fd = -1  # the spare owns the descriptor and the map now
         return spare
 
@@ -178,8 +176,6 @@ class Segment:
         os.rename(self.path, path)
         self.writer.release()
         segment = Segment(path, self._fd, self.size, first_seq, self._map)
-        # What the spare's sync covered stays covered; the new header is not yet.
-        segment.synced_pos = 0
         self._fd = -1
         return segment
 

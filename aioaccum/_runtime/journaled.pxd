@@ -26,6 +26,7 @@ cdef class JournaledAccumulator(RecordAccumulator):
     cdef public Py_ssize_t _room
     cdef public list room_waiters
     cdef public object room_freed
+    cdef public Py_ssize_t threads_waiting
     cdef public double thread_block
     cdef public object spill
     cdef public bint spilling

@@ -109,6 +109,7 @@ class JournaledAccumulator(RecordAccumulator):
         self.room_waiters: list[Any] = []
         # Threads waiting for journal room (send_from_thread), up to max_block_ms.
         self.room_freed = threading.Condition(self.journal_lock)
+        self.threads_waiting = 0  # of those (notify_all is Python code: skipped without any)
         self.thread_block = 60.0  # set from max_block_ms by start_journal
         # Records beyond buffer_memory wait in the journal alone (see spill.py): set by
         # start_journal; ``spilling`` while any does, so that later records queue behind them.
@@ -292,7 +293,14 @@ class JournaledAccumulator(RecordAccumulator):
             except JournalFullError:
                 left = deadline - time.monotonic()
                 # Releases the lock while it waits; an outcome (on the loop) notifies.
-                if left <= 0 or not self.room_freed.wait(left):
+                if left <= 0:
+                    raise journal_full(journal, self.thread_block * 1000) from None
+                self.threads_waiting += 1
+                try:
+                    woken = self.room_freed.wait(left)
+                finally:
+                    self.threads_waiting -= 1
+                if not woken:
                     raise journal_full(journal, self.thread_block * 1000) from None
 
     def append_run(self, *args: Any, **kwargs: Any) -> int:
@@ -360,7 +368,8 @@ class JournaledAccumulator(RecordAccumulator):
             tp = found.batch.tp
             self.journal.done(tp.topic, tp.partition, found.first, found.last, found.count)
             self._room = -1
-            self.room_freed.notify_all()
+            if self.threads_waiting:
+                self.room_freed.notify_all()
             waiters = self.room_waiters
             if waiters:  # on the loop's thread, as every listener of a batch's result
                 self.room_waiters = []

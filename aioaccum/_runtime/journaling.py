@@ -203,7 +203,7 @@ def open_journal(cfg: ProducerConfig) -> Journal:
     assert cfg.journal_dir is not None
     return Journal.open(cfg.journal_dir, segment_bytes=cfg.journal_segment_bytes,
                         max_bytes=cfg.journal_max_bytes,
-                        durable_spare=cfg.journal_sync != "none")
+                        recycle=cfg.journal_sync == "none")
 
 
 async def start_journal(acc: RecordAccumulator, kafka: Any, pool: Any,

@@ -6,16 +6,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from aioaccum._journal.journal import Journal, sync_files
+from aioaccum._journal.journal import Journal
 from aioaccum._journal.segment import SPARE, SUFFIX
 
 SEGMENT = 4096
 VALUE = b"v" * 200  # about 18 records a segment
 
 
-def _open(folder: Path, durable_spare: bool = False) -> Journal:
-    return Journal.open(folder, segment_bytes=SEGMENT, max_bytes=1 << 20,
-                        durable_spare=durable_spare)
+def _open(folder: Path) -> Journal:
+    return Journal.open(folder, segment_bytes=SEGMENT, max_bytes=1 << 20)
 
 
 def _segments(folder: Path) -> list[Path]:
@@ -75,21 +74,16 @@ def test_records_in_a_recycled_segment_survive_a_restart_with_their_fields(
     again.close()
 
 
-def test_with_a_durable_sync_the_spare_is_reused_only_once_its_zeros_are_synced(
-        tmp_path: Path) -> None:
-    journal = _open(tmp_path, durable_spare=True)
-    seqs = _fill(journal, 40)  # three segments
-    journal.done("t", 0, seqs[0], seqs[-1], 40)
-    assert (tmp_path / SPARE).exists()
-    _fill(journal, 40)
-    assert journal.recycled == 0  # the spare's zeros were not synced: fresh segments
-    files = journal.unsynced()
-    assert any(path.name == SPARE for _segment, path, _pos in files)
-    sync_files(files)
-    journal.synced(files)
-    assert all(path.name != SPARE for _segment, path, _pos in journal.unsynced())
-    _fill(journal, 40)
-    assert journal.recycled == 1
+def test_without_recycling_settled_segments_are_deleted(tmp_path: Path) -> None:
+    """A journal_sync that survives power loss does not recycle: its zeros would have to be
+    synced too."""
+    journal = Journal.open(tmp_path, segment_bytes=SEGMENT, max_bytes=1 << 20, recycle=False)
+    for _ in range(3):
+        seqs = _fill(journal, 40)
+        journal.done("t", 0, seqs[0], seqs[-1], 40)
+    assert journal.recycled == 0
+    assert not (tmp_path / SPARE).exists()
+    assert len(_segments(tmp_path)) == 1
     journal.close()
 
 
