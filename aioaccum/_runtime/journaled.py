@@ -190,7 +190,8 @@ class JournaledAccumulator(RecordAccumulator):
                         partitions, cluster, for_thread, request.partition, request.sticky)
                     return spilled
                 return appended
-            future = cast(RecordFuture, appended)
+            # Not typing.cast: compiled, that is a Python call per record.
+            future: RecordFuture = appended  # type: ignore[assignment]
             result = future._result  # just appended: not done
             # The partition is known only now; the room was made above, so this write cannot
             # fail for want of it.
