@@ -336,11 +336,17 @@ def feature_settings(contender: str) -> dict[str, Any]:
     if contender == "aioaccum-nometrics":
         return {"metrics_enabled": False}
     if contender in JOURNAL_SYNCS:
+        import atexit
+        import shutil
         import tempfile
 
-        # A fresh folder per run, on the machine's temporary disk (left for the OS to clean).
-        return {"journal_dir": tempfile.mkdtemp(prefix="aioaccum-bench-journal-"),
-                "journal_sync": JOURNAL_SYNCS[contender], "enable_idempotence": True, "acks": -1}
+        # A fresh folder per run, on the machine's temporary disk, removed when the run's
+        # process exits: folders left behind keep gigabytes of dirty pages that the kernel
+        # writes back during later runs, and make the journal's figures drift run by run.
+        folder = tempfile.mkdtemp(prefix="aioaccum-bench-journal-")
+        atexit.register(shutil.rmtree, folder, True)
+        return {"journal_dir": folder, "journal_sync": JOURNAL_SYNCS[contender],
+                "enable_idempotence": True, "acks": -1}
     if contender == "aioaccum-interceptor":
         return {"interceptors": [_NoOpInterceptor()]}
     if contender == "aioaccum-tracing":
