@@ -418,8 +418,13 @@ async def journaled_wait(
         if producer._parts is None:
             producer._running_parts()  # closed meanwhile: raises why
         acc.spilling = True  # this record and those after it wait on disk, in order
-        appended = acc.append(topic, partition, timestamp, key, value, headers, size,
-                              partitions, kafka, loop.time())
+        try:
+            appended = acc.append(topic, partition, timestamp, key, value, headers, size,
+                                  partitions, kafka, loop.time())
+        except BaseException:
+            if acc.spill.pending == 0:  # refused before it spilled: nothing to queue behind
+                acc.spilling = False
+            raise
         if type(appended) is BufferRequest:  # the journal is full: wait for its room
             return await journal_room(producer, acc, max_block_ms, topic, partition,
                                       timestamp, key, value, headers, size, partitions, kafka)
