@@ -1,6 +1,9 @@
 # Compiled declarations for segment.py (see _core/futures.pxd): the journaled append reads the
 # newest segment's fields once per record, and C fields spare a dictionary lookup each.
 
+from aioaccum._journal._cwriter cimport EntryWriter as CompiledEntryWriter
+
+
 cdef class Segment:
     cdef public int _fd
     cdef public object _map
@@ -11,4 +14,4 @@ cdef class Segment:
     cdef public Py_ssize_t size
     cdef public long long synced_pos
     cdef public set topics
-    cdef public object writer
+    cdef public CompiledEntryWriter writer
