@@ -8,6 +8,7 @@ replay with ``at_least_once`` shows duplicates, which shows the checks can fail.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -88,6 +89,19 @@ async def read_values(bootstrap: str, topic: str, isolation: str) -> Counter[byt
         await consumer.stop()
 
 
+async def committed_values(bootstrap: str, topic: str, expected: set[bytes]) -> Counter[bytes]:
+    """read_committed values once ``expected`` are all visible, or after 30 s (the caller's
+    assertion then names what is missing). A commit returns once the coordinator has logged
+    it; the markers that make its records visible to read_committed reach the partitions
+    just after, so a read at once may end at a last stable offset short of them."""
+    deadline = time.monotonic() + 30
+    while True:
+        seen = await read_values(bootstrap, topic, "read_committed")
+        if set(seen) >= expected or time.monotonic() > deadline:
+            return seen
+        await asyncio.sleep(0.5)
+
+
 def rows_df(spark: SparkSession, rows: int) -> DataFrame:
     return spark.range(0, rows, 1, 4).select(
         F.col("id").cast("string").alias("key"),
@@ -113,7 +127,7 @@ async def test_a_batch_write_puts_every_row_once(
         writer = writer.option("transactional.id.prefix", topic)
     # In this thread: a Python data source is registered with the JVM thread's session.
     writer.save()
-    seen = await read_values(kafka_bootstrap, topic, "read_committed")
+    seen = await committed_values(kafka_bootstrap, topic, {b"v-%d" % i for i in range(1000)})
     assert seen == Counter({b"v-%d" % i: 1 for i in range(1000)})
 
 
@@ -151,7 +165,7 @@ async def test_a_batch_write_failing_mid_partition_then_run_again(
     else:
         assert after_failure == written
     write("aioaccum")
-    seen = await read_values(kafka_bootstrap, topic, "read_committed")
+    seen = await committed_values(kafka_bootstrap, topic, {b"v-%d" % i for i in range(1000)})
     assert set(seen) == {b"v-%d" % i for i in range(1000)}
     if guarantee == "exactly_once":
         assert max(seen.values()) == 1
@@ -251,7 +265,7 @@ async def test_a_stream_writes_every_row_once_through_task_failures_and_a_replay
     replayed = forget_last_commit(tmp_path / "checkpoint")
     out = run_to_end(driver(kafka_bootstrap, tmp_path, topic, "exactly_once"))
     assert f"batch {replayed}" in out  # the replay ran
-    seen = await read_values(kafka_bootstrap, topic, "read_committed")
+    seen = await committed_values(kafka_bootstrap, topic, expected)
     assert set(seen) == expected
     assert max(seen.values()) == 1
     # Each failed attempt had half of its partition's rows in the topic when it failed (the
@@ -269,7 +283,7 @@ async def test_at_least_once_shows_the_duplicates_of_the_same_faults(
     run_to_end(driver(kafka_bootstrap, tmp_path, topic, "at_least_once", fail=True))
     forget_last_commit(tmp_path / "checkpoint")
     run_to_end(driver(kafka_bootstrap, tmp_path, topic, "at_least_once"))
-    seen = await read_values(kafka_bootstrap, topic, "read_committed")
+    seen = await committed_values(kafka_bootstrap, topic, expected)
     assert set(seen) == expected
     duplicated = sum(1 for n in seen.values() if n > 1)
     # The replayed micro-batch (a whole file) and half of each failed partition, twice.
@@ -292,6 +306,6 @@ async def test_a_stream_killed_at_a_random_point_and_restarted_writes_every_row_
             first.send_signal(signal.SIGKILL)
         first.communicate()
     run_to_end(driver(kafka_bootstrap, tmp_path, topic, "exactly_once"))
-    seen = await read_values(kafka_bootstrap, topic, "read_committed")
+    seen = await committed_values(kafka_bootstrap, topic, expected)
     assert set(seen) == expected, f"seed {seed}, killed after {delay:.1f} s"
     assert max(seen.values()) == 1, f"seed {seed}, killed after {delay:.1f} s"
