@@ -31,6 +31,7 @@ from libc.string cimport memcpy
 from aioaccum._core._crecords cimport MemoryRecordsBuilder
 from aioaccum._core._cvarint cimport _field_size, _put_field, _put_varint, _varint_size
 
+from aioaccum._core._cmurmur2 cimport murmur2_at
 from aioaccum._core.partitioner import checked_partition
 from aioaccum._core.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
 
@@ -115,41 +116,6 @@ cdef inline int32_t _get(_Int32* c, Py_ssize_t i, bint* present) noexcept nogil:
         return 0
     present[0] = True
     return c.values[j]
-
-
-
-
-cdef int32_t _murmur2(const unsigned char* data, Py_ssize_t length) noexcept nogil:
-    """Kafka's ``Utils.murmur2`` (seed 0x9747b28c), over ``length`` bytes at ``data``."""
-    cdef uint32_t m = 0x5BD1E995
-    cdef uint32_t h = <uint32_t>0x9747B28C
-    cdef uint32_t k
-    cdef Py_ssize_t whole = length & ~3
-    cdef Py_ssize_t i = 0
-    h ^= <uint32_t>length
-    while i < whole:
-        k = (
-            <uint32_t>data[i] | (<uint32_t>data[i + 1] << 8) | (<uint32_t>data[i + 2] << 16)
-            | (<uint32_t>data[i + 3] << 24)
-        )
-        k *= m
-        k ^= k >> 24
-        k *= m
-        h *= m
-        h ^= k
-        i += 4
-    i = length - whole
-    if i == 3:
-        h ^= <uint32_t>data[whole + 2] << 16
-    if i >= 2:
-        h ^= <uint32_t>data[whole + 1] << 8
-    if i >= 1:
-        h ^= <uint32_t>data[whole]
-        h *= m
-    h ^= h >> 13
-    h *= m
-    h ^= h >> 15
-    return <int32_t>h
 
 
 cdef class ArrowRows:
@@ -325,7 +291,7 @@ cdef class ArrowRows:
                     length = _span(&self._key, row, &data)
                     if length >= 0 and not ignore_keys:
                         choice = (
-                            _murmur2(<const unsigned char*>data, length) & 0x7FFFFFFF
+                            murmur2_at(<const unsigned char*>data, length) & 0x7FFFFFFF
                         ) % count
                     else:
                         choice = -1

@@ -8,6 +8,8 @@ from aioaccum._core.ready_index cimport ReadyIndex
 
 cdef class RecordAccumulator:
     cdef public object _pool
+    cdef public object _chunk_source
+    cdef public object _chunk_sink
     cdef public BuiltInPartitioner _partitioner
     cdef public bint _adaptive
     cdef public double _availability_timeout

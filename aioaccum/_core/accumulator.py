@@ -182,6 +182,8 @@ class RecordAccumulator:
         chunk_size: int = 0,
     ) -> None:
         self._pool = pool
+        # Bound once: a bound method per batch is one more object for the collector to visit.
+        self._chunk_source, self._chunk_sink = pool.allocate_nowait, pool.deallocate
         self._chunk_size = chunk_size
         # What a new batch takes from the pool at least (the first record may need more).
         self._open_size = chunk_size or batch_size
@@ -545,8 +547,8 @@ class RecordAccumulator:
             write_limit=write_limit or self._batch_size,
             estimated_ratio=self._estimator.estimation(tp.topic, self._compression),
             chunk_size=self._chunk_size if chunked else 0,
-            chunk_source=self._pool.allocate_nowait if chunked else None,
-            chunk_sink=self._pool.deallocate if chunked else None,
+            chunk_source=self._chunk_source if chunked else None,
+            chunk_sink=self._chunk_sink if chunked else None,
         )
         return ProducerBatch(tp, builder, now, loop=self._loop, from_pool=from_pool)
 

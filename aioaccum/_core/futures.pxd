@@ -18,6 +18,23 @@ cdef class ProduceRequestResult:
     cdef public object _latch
     cdef public object _thread_waiters
 
+    cdef _settle(self)
+    cdef _track(self)
+
+
+# In and out of the garbage collector's lists (ProduceRequestResult._settle says why).
+cdef extern from *:
+    """
+    static inline void aioaccum_gc_untrack(PyObject *o) {
+        if (PyObject_GC_IsTracked(o)) PyObject_GC_UnTrack(o);
+    }
+    static inline void aioaccum_gc_track(PyObject *o) {
+        if (!PyObject_GC_IsTracked(o)) PyObject_GC_Track(o);
+    }
+    """
+    void gc_untrack "aioaccum_gc_untrack"(object o)
+    void gc_track "aioaccum_gc_track"(object o)
+
 
 # Kept small, a million of them being an ordinary load: 32-bit sizes and offset (a record and a
 # batch are far below 2 GiB), two flags, one 64-bit timestamp, and no C methods (which would add

@@ -1,5 +1,6 @@
 # Compiled declarations for partitioner.py; see futures.pxd.
 cimport cython
+from aioaccum._core._cmurmur2 cimport murmur2_at
 
 cdef class _TopicState:
     cdef public object partition
@@ -29,3 +30,8 @@ cpdef object partition_for(
     str topic, partition, key_bytes, value_bytes, partitions, cluster, partitioner,
     bint ignore_keys,
 )
+
+
+cpdef long murmur2(data) except? -1
+
+cpdef long to_positive(long n)

@@ -45,6 +45,11 @@ from typing import TypeAlias
 from aioaccum._core.cluster import ClusterView, TopicPartition
 from aioaccum.errors import ConfigError
 
+try:
+    import cython
+except ModuleNotFoundError:  # a pure-Python run without Cython installed
+    from aioaccum._core import _cython_shim as cython
+
 __all__ = [
     "BuiltInPartitioner",
     "Partitioner",
@@ -84,6 +89,9 @@ def murmur2(data: _ByteLike) -> int:
     Returns:
         The hash in ``[-2**31, 2**31)``, equal to what the Java client returns.
     """
+    if cython.compiled and type(data) is bytes:
+        # 32-bit C arithmetic: the loop below costs a Python int per operation.
+        return murmur2_at(data, len(data))  # type: ignore[name-defined,no-any-return,unused-ignore]  # noqa: F821
     length = len(data)
     h = (_SEED ^ length) & _MASK
     whole = length & ~3

@@ -357,3 +357,35 @@ async def test_cancelling_wait_all_leaves_the_records_alone() -> None:
 def test_wait_all_is_exported() -> None:
     assert aioaccum.wait_all is wait_all
     assert aioaccum.FutureRecordMetadata is FutureRecordMetadata
+
+
+async def test_a_settled_result_leaves_the_collector_and_a_late_listener_brings_it_back() -> None:
+    # Futures kept by the million hold one result per batch: compiled, a result that ended well
+    # and told everyone is not tracked, so the collector's full passes do not walk them all.
+    compiled = describe().startswith("compiled")
+    loop = asyncio.get_running_loop()
+    quiet = ProduceRequestResult(TP, loop)
+    assert gc.is_tracked(quiet)
+    quiet.set(5, -1, None)
+    assert gc.is_tracked(quiet) is not compiled
+    assert quiet.waiters == 0
+
+    awaited = new_batch(loop)
+    futures = fill(awaited, 2)
+    seen: list[int] = []
+    futures[1].add_done_callback(lambda f: seen.append(f.result().offset))
+    awaited.result.set(10, -1, None)
+    assert gc.is_tracked(awaited.result)  # a callback still to run holds a closure
+    await asyncio.sleep(0)
+    assert seen == [11]
+    assert gc.is_tracked(awaited.result) is not compiled
+    assert (await futures[0]).offset == 10
+
+    told: list[ProduceRequestResult] = []
+    quiet.add_listener(told.append)
+    assert gc.is_tracked(quiet)  # the listener may point back at it
+    quiet.remove_listener(told.append)
+
+    failed = ProduceRequestResult(TP, loop)
+    failed.set(-1, -1, BrokerError("NOT_LEADER", errno=6, retriable=True))
+    assert gc.is_tracked(failed)  # an error's traceback may reach back to it
