@@ -1,6 +1,6 @@
 # C declarations of the compiled builder, for compiled modules that append to it directly
 # (aioaccum._core._carrow writes Arrow rows through try_append_raw). _crecords.pyx has the code.
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint32_t
 
 
 cdef class MemoryRecordsBuilder:
@@ -53,6 +53,8 @@ cdef class MemoryRecordsBuilder:
     cdef int _grow(self, Py_ssize_t needed) except -1
     cdef void _release(self) except *
     cdef _write_header(self)
+    cdef int _write_header_c(self, bytearray out) except -1
+    cdef uint32_t _chunks_crc(self) except? 0
     cdef list _parts(self)
     cdef Py_ssize_t try_append_raw(
         self,

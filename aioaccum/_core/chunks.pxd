@@ -1,0 +1,11 @@
+# Compiled declarations for chunks.py; see futures.pxd. With keys spread over many partitions a
+# batch holds a few records, and these steps run once per batch: compiled, they cost little
+# beside its records.
+cimport cython
+
+
+@cython.locals(left=Py_ssize_t, n=Py_ssize_t, out=list)
+cpdef list parts(list chunks, Py_ssize_t size)
+
+@cython.locals(kept=Py_ssize_t, total=Py_ssize_t)
+cpdef trim(list chunks, Py_ssize_t size, sink)
