@@ -17,6 +17,7 @@ from aioaccum import (
 )
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
+from aioaccum._core.partitioner import default_partition
 from aioaccum.producer import Producer
 
 from .fake_kafka import FakeKafka, Request
@@ -62,6 +63,31 @@ async def test_keys_choose_partitions_like_send_does() -> None:
     assert [m.serialized_key_size for m in bulk] == [len(k) for k in keys]
     for metadata, key in zip(bulk, keys, strict=True):
         assert fake.log[TopicPartition("t", metadata.partition)][metadata.offset].key == key
+
+
+async def test_keyed_records_spread_over_many_batches_land_in_order_with_their_metadata() -> None:
+    # Keyed records join their partition's open batch as runs of one; every fifth has no key
+    # (the sticky partitioner's), and small batches make many of them open new batches.
+    producer, fake = make(FakeKafka(StaticCluster.uniform({"t": 12}, nodes=3)), batch_size=512)
+    keys = [None if i % 5 == 0 else b"key-%d" % (i % 97) for i in range(3000)]
+    values = [b"value-%d" % i for i in range(3000)]
+    async with producer:
+        results = await (await producer.send_many("t", values, keys=keys))
+    assert len(results) == 3000
+    seen: dict[int, list[int]] = {}
+    for i, metadata in enumerate(results):
+        stored = fake.log[TopicPartition("t", metadata.partition)][metadata.offset]
+        assert (stored.key, stored.value) == (keys[i], values[i])
+        assert metadata.serialized_key_size == (-1 if keys[i] is None else len(keys[i] or b""))
+        seen.setdefault(metadata.partition, []).append(metadata.offset)
+    for offsets in seen.values():
+        assert offsets == sorted(offsets)  # input order within each partition
+    for metadata, key in zip(results, keys, strict=True):
+        if key is not None:
+            assert metadata.partition == default_partition(key, 12)
+    counts = [n for request in fake.requests for n in request.record_counts]
+    assert sum(counts) == 3000
+    assert len(counts) > 30
 
 
 async def test_a_fixed_partition_takes_every_record_in_order() -> None:
