@@ -16,8 +16,10 @@ written back over the same chunks, and the chunks it no longer fills go back to 
 The bytes go to the socket as one memoryview per chunk (:func:`parts`), never joined; the
 CRC-32C of the header runs across all of them (:func:`crc_of_parts`).
 
-The functions here are the cold steps (chunk bookkeeping at close, the CRC, reading back); the
-hot step, writing a record, lives in each builder.
+The functions here are the steps once per batch (chunk bookkeeping at close, the views for the
+socket, the CRC, reading back); the hot step, writing a record, lives in each builder. With keys
+spread over many partitions a batch holds a few records, so these are compiled too (``chunks.pxd``)
+and the compiled builder reads the CRC straight from its chunks.
 """
 
 from __future__ import annotations
