@@ -268,8 +268,12 @@ class ProduceRequestResult:
     ) -> None:
         callbacks = self._callbacks
         if callbacks is None:
-            callbacks = self._callbacks = []
-            self._track()
+            # The loop adds without the lock, threads with it: the list is made once, under it.
+            with THREAD_LOCK:
+                callbacks = self._callbacks
+                if callbacks is None:
+                    callbacks = self._callbacks = []
+                    self._track()
         callbacks.append((future, fn, context))
 
     def remove_callbacks(self, future: RecordFuture, fn: Callback | None) -> int:
@@ -299,8 +303,11 @@ class ProduceRequestResult:
     def add_listener(self, listener: Listener) -> None:
         listeners = self._listeners
         if listeners is None:
-            listeners = self._listeners = []
-            self._track()
+            with THREAD_LOCK:  # as in add_callback: appends from threads may meet this one
+                listeners = self._listeners
+                if listeners is None:
+                    listeners = self._listeners = []
+                    self._track()
         listeners.append(listener)
 
     def remove_listener(self, listener: Listener) -> None:
