@@ -17,7 +17,6 @@ goes through ``send()`` in turn, with its own ``on_send`` and span, and
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, cast
 
@@ -194,7 +193,6 @@ async def send_many(
         partition is not None
         or (producer._sticky and (key_array is None or producer._ignore_keys))
     )
-    context = contextvars.copy_context()
     accepted = 0
     try:
         while accepted < count:
@@ -226,7 +224,7 @@ async def send_many(
                 )
             else:
                 future = cast(FutureRecordMetadata, appended)
-            future.add_done_callback(outcome.sink_for(accepted), context=context)
+            outcome.track(accepted, future)
             accepted += 1
             if acc.batches_created != producer._batches_seen:
                 producer._batches_seen = acc.batches_created

@@ -2,11 +2,11 @@
 
 A call's records land in one or more batches, possibly of several partitions, which the broker
 acknowledges in any order. Each batch reports its share once, as a run of consecutive records
-(:meth:`ManyResult.settle_run`); a record that took the per-record path (the first of a new
-batch, or a keyed record) reports through a :class:`_Slot`, a done-callback on its record
-future. Once every accepted record has an outcome, one future gets the metadata in input order,
-or the first error. The metadata is built then, in one pass, not record by record as
-acknowledgements arrive.
+(:meth:`ManyResult.settle_run`); the records that took the per-record path (the first of a new
+batch, or a keyed record) are counted per batch result, through one listener on each
+(:meth:`ManyResult.track`). Once every accepted record has an outcome, one future gets the
+metadata in input order, or the first error. The metadata is built then, in one pass, not
+record by record as acknowledgements arrive.
 
 :func:`all_of` joins record futures the same way for a call whose records went one by one
 through :meth:`Producer.send` (with interceptors or tracing set).
@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import TypeVar, overload
 
 from aioaccum._core.cluster import TopicPartition
-from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata
+from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult, RecordMetadata
 
 __all__ = ["ManyOutcomes", "ManyResult", "ReadOnRead", "all_of", "position"]
 
@@ -39,9 +39,11 @@ class ManyResult:
         "_keys",
         "_runs",
         "_settled",
+        "_single_futures",
         "_singles",
         "_timestamp",
         "_values",
+        "_waits",
     )
 
     def __init__(
@@ -56,7 +58,14 @@ class ManyResult:
         self._keys = keys
         self._values = values
         self._runs: list[tuple[int, int, TopicPartition, int, int]] = []
-        self._singles: list[tuple[int, RecordMetadata]] = []
+        self._singles: list[int] = []
+        # The records that went one by one (keyed, or the first of a new batch): their input
+        # index and future, and how many of them wait on each batch result. One listener per
+        # batch, not a callback per record: with keys over many partitions a call has a record
+        # of its own in nearly every batch, and per-record callbacks were objects the garbage
+        # collector walked until the call ended.
+        self._single_futures: list[FutureRecordMetadata] = []
+        self._waits: dict[ProduceRequestResult, int] = {}
         self._settled = 0
         self._error: BaseException | None = None
         self._accepted = -1  # unknown until seal()
@@ -75,7 +84,47 @@ class ManyResult:
         self._settle(count)
 
     def sink_for(self, index: int) -> _Slot:
+        """A done-callback for record ``index`` (the records of a run whose batch was split,
+        or an Arrow row sent alone)."""
         return _Slot(self, index)
+
+    def track(self, index: int, future: FutureRecordMetadata) -> None:
+        """Count ``future`` (record ``index`` of the call) in when its batch ends."""
+        self._singles.append(index)
+        self._single_futures.append(future)
+        self._wait_on(future._result, 1)
+
+    def _wait_on(self, result: ProduceRequestResult, count: int) -> None:
+        waits = self._waits
+        if result in waits:
+            waits[result] += count
+        elif result.done:
+            self._settle_result(result, count)
+        else:
+            waits[result] = count
+            result.add_listener(self._batch_ended)
+
+    def _batch_ended(self, result: ProduceRequestResult) -> None:
+        count = self._waits.pop(result, 0)
+        if result.done:
+            self._settle_result(result, count)
+            return
+        # Split: its records moved to new batches, which their futures now point at.
+        moved: dict[ProduceRequestResult, int] = {}
+        for future in self._single_futures:
+            target = future._result
+            if target is not result and target not in self._waits and not target.done:
+                moved[target] = moved.get(target, 0) + 1
+        for target, n in moved.items():
+            self._wait_on(target, n)
+
+    def _settle_result(self, result: ProduceRequestResult, count: int) -> None:
+        if result.error is not None and self._error is None:
+            for future in self._single_futures:  # the error as a record of it reads it
+                if future._result is result:
+                    self._error = future.exception()
+                    break
+        self._settle(count)
 
     # --- the producer's side
 
@@ -98,7 +147,10 @@ class ManyResult:
 
     def _build(self) -> ManyOutcomes:
         segments: list[Segment] = [*self._runs]
-        segments += [(i, 1, metadata) for i, metadata in self._singles]
+        segments += [
+            (i, 1, future.result())
+            for i, future in zip(self._singles, self._single_futures, strict=True)
+        ]
         segments.sort(key=lambda segment: segment[0])
         return ManyOutcomes(self._timestamp, self._keys, self._values, segments)
 
@@ -199,7 +251,7 @@ class ManyOutcomes(ReadOnRead[RecordMetadata]):
         )
 
 class _Slot:
-    """Reports one record that took the per-record path: a done-callback on its future."""
+    """Reports one record through a done-callback on its future."""
 
     __slots__ = ("_index", "_owner")
 
@@ -214,7 +266,8 @@ class _Slot:
             if owner._error is None:
                 owner._error = error
         else:
-            owner._singles.append((self._index, future.result()))
+            owner._singles.append(self._index)
+            owner._single_futures.append(future)
         owner._settle(1)
 
 

@@ -166,6 +166,32 @@ async def test_records_of_a_split_batch_keep_their_places() -> None:
     assert [r.value for r in fake.log[TopicPartition("t", 0)]] == values
 
 
+async def test_keyed_records_of_a_split_batch_and_a_failed_one_are_counted_per_batch() -> None:
+    # Keyed records are counted per batch result: a split moves them to new batches, which the
+    # call then waits on; a failed batch fails the call with its error.
+    producer, fake = make(FakeKafka(StaticCluster.uniform({"t": 1}, nodes=1)), batch_size=4096)
+    fake.script.append({TopicPartition("t", 0): Errors.MESSAGE_TOO_LARGE})
+    keys = [b"k%d" % (i % 3) for i in range(40)]
+    values = [b"r%03d" % i + b"y" * 60 for i in range(40)]
+    async with producer:
+        results = await (await producer.send_many("t", values, keys=keys))
+    assert fake.requests[0].record_counts == [40]
+    assert len(fake.requests) >= 2
+    assert [r.offset for r in results] == list(range(40))
+    assert [r.serialized_key_size for r in results] == [len(k) for k in keys]
+    assert [(r.key, r.value) for r in fake.log[TopicPartition("t", 0)]] == list(
+        zip(keys, values, strict=True)
+    )
+
+    producer, fake = make(retries=0, batch_size=256)
+    fake.script.append({TopicPartition("t", p): Errors.INVALID_REQUIRED_ACKS for p in range(3)})
+    async with producer:
+        future = await producer.send_many("t", [b"x" * 40] * 20, keys=[b"a", b"b"] * 10)
+        with pytest.raises(BrokerError) as caught:
+            await future
+    assert caught.value.errno == Errors.INVALID_REQUIRED_ACKS
+
+
 async def test_cancelling_the_future_does_not_stop_delivery() -> None:
     producer, fake = make()
     async with producer:
