@@ -40,6 +40,7 @@ class ManyResult:
         "_runs",
         "_settled",
         "_single_futures",
+        "_single_results",
         "_singles",
         "_timestamp",
         "_values",
@@ -65,6 +66,8 @@ class ManyResult:
         # of its own in nearly every batch, and per-record callbacks were objects the garbage
         # collector walked until the call ended.
         self._single_futures: list[FutureRecordMetadata] = []
+        # The batch result each of them is counted on (a split moves records to new ones).
+        self._single_results: list[ProduceRequestResult] = []
         self._waits: dict[ProduceRequestResult, int] = {}
         self._settled = 0
         self._error: BaseException | None = None
@@ -90,9 +93,11 @@ class ManyResult:
 
     def track(self, index: int, future: FutureRecordMetadata) -> None:
         """Count ``future`` (record ``index`` of the call) in when its batch ends."""
+        result = future._result
         self._singles.append(index)
         self._single_futures.append(future)
-        self._wait_on(future._result, 1)
+        self._single_results.append(result)
+        self._wait_on(result, 1)
 
     def _wait_on(self, result: ProduceRequestResult, count: int) -> None:
         waits = self._waits
@@ -110,13 +115,11 @@ class ManyResult:
             self._settle_result(result, count)
             return
         # Split: its records moved to new batches, which their futures now point at.
-        moved: dict[ProduceRequestResult, int] = {}
-        for future in self._single_futures:
-            target = future._result
-            if target is not result and target not in self._waits and not target.done:
-                moved[target] = moved.get(target, 0) + 1
-        for target, n in moved.items():
-            self._wait_on(target, n)
+        results = self._single_results
+        for i, future in enumerate(self._single_futures):
+            if results[i] is result:
+                results[i] = future._result
+                self._wait_on(future._result, 1)
 
     def _settle_result(self, result: ProduceRequestResult, count: int) -> None:
         if result.error is not None and self._error is None:
@@ -268,6 +271,7 @@ class _Slot:
         else:
             owner._singles.append(self._index)
             owner._single_futures.append(future)
+            owner._single_results.append(future._result)
         owner._settle(1)
 
 
