@@ -260,8 +260,8 @@ class ProduceRequestResult:
                             "future": future,
                         }
                     )
-        if self.done and not self._callbacks and not self._listeners:
-            self._settle()
+        if self.done:
+            self._settle()  # it checks that nobody was added meanwhile
 
     def add_callback(
         self, future: RecordFuture, fn: Callback, context: contextvars.Context
