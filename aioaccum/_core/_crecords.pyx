@@ -57,6 +57,7 @@ from cpython.unicode cimport PyUnicode_CheckExact
 from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy, strcmp
 from aioaccum._core._ccrc32c cimport aioaccum_crc32c, aioaccum_crc_init
+from aioaccum._core._cgc cimport gc_untrack
 from aioaccum._core._cvarint cimport (
     _field_size,
     _put_field,
@@ -395,8 +396,11 @@ cdef class MemoryRecordsBuilder:
                     f"{self._capacity} bytes"
                 )
             self._chunks = [buffer]
+            gc_untrack(self._chunks)
         elif self._capacity < _OVERHEAD:
             self._grow(_OVERHEAD)
+        # Out of the collector's lists for its whole life (_cgc.pxd says why).
+        gc_untrack(self)
 
     cdef void _point(self) noexcept:
         """Write through a pointer only where Python's slice assignment would put the same bytes.

@@ -1,5 +1,6 @@
 # Compiled declarations for batch.py; see futures.pxd.
 cimport cython
+from aioaccum._core._cgc cimport gc_untrack
 from aioaccum._core.futures cimport (
     FutureRecordMetadata, ProduceRequestResult, RecordFuture, ThreadRecordFuture,
 )

@@ -27,6 +27,11 @@ from aioaccum._core.futures import (
 )
 from aioaccum._core.records import MemoryRecordsBuilder
 
+try:
+    import cython
+except ModuleNotFoundError:  # a pure-Python run without Cython installed
+    from aioaccum._core import _cython_shim as cython
+
 if TYPE_CHECKING:
     from aioaccum._core.arrow import ArrowRows
     from aioaccum._core.records import Header
@@ -123,10 +128,16 @@ class ProducerBatch:
         # Each record's future (None for records of a bulk run): kept only so that a split can
         # point them at the batches their records move to.
         self._futures: list[RecordFuture | None] = []
-        # (sink, first input index, offset delta of its first record, count) per bulk run.
-        self._runs: list[tuple[RunSink, int, int, int]] = []
+        # (sink, first input index, offset delta of its first record, count) per bulk run;
+        # None until the first, as most batches take records one by one.
+        self._runs: list[tuple[RunSink, int, int, int]] | None = None
         self.closed = False
         self._final_state: FinalState | None = None
+        if cython.compiled:
+            # The batch and its record list live until the batch ends and point at nothing
+            # that points back (_cgc.pxd says why they leave the collector).
+            gc_untrack(self)  # type: ignore[name-defined,unused-ignore]  # noqa: F821
+            gc_untrack(self._futures)  # type: ignore[name-defined,unused-ignore]  # noqa: F821
 
     # --- appending
 
@@ -216,7 +227,7 @@ class ProducerBatch:
             index += 1
         if index > start:
             self._futures.extend([None] * (index - start))
-            self._runs.append((run, start, first_delta, index - start))
+            self._add_run((run, start, first_delta, index - start))
         return index - start
 
     def try_append_rows(
@@ -230,8 +241,14 @@ class ProducerBatch:
         appended = rows.append_to(self.builder, timestamp, start, stop)
         if appended:
             self._futures.extend([None] * appended)
-            self._runs.append((run, start, first_delta, appended))
+            self._add_run((run, start, first_delta, appended))
         return appended
+
+    def _add_run(self, run: tuple[RunSink, int, int, int]) -> None:
+        if self._runs is None:
+            self._runs = [run]
+        else:
+            self._runs.append(run)
 
     @property
     def record_count(self) -> int:
@@ -269,6 +286,14 @@ class ProducerBatch:
         deallocated."""
         return self.builder.build_parts()
 
+    def request_entry(self) -> tuple[TopicPartition, list[memoryview]]:
+        """``(tp, record_parts())``: what a produce request carries for this batch, kept
+        while the request is in flight."""
+        entry = (self.tp, self.builder.build_parts())
+        if cython.compiled:
+            gc_untrack(entry)  # type: ignore[name-defined,unused-ignore]  # noqa: F821
+        return entry
+
     def set_producer_state(
         self, producer_id: int, epoch: int, base_sequence: int, transactional: bool = False
     ) -> None:
@@ -301,7 +326,7 @@ class ProducerBatch:
             return False
         # One assignment for every record future; their metadata is built when read.
         self.result.set(base_offset, log_append_time, None)
-        for run, first, delta, count in self._runs:
+        for run, first, delta, count in self._runs or ():
             run.settle_run(
                 first, count, self.tp, -1 if base_offset < 0 else base_offset + delta,
                 log_append_time,
@@ -322,7 +347,7 @@ class ProducerBatch:
             return False
         # Each reader of a record future gets its own copy (see futures.fresh_error).
         self.result.set(-1, -1, error)
-        for run, first, _delta, count in self._runs:
+        for run, first, _delta, count in self._runs or ():
             run.fail_run(first, count, fresh_error(error))
         self._futures = []
         return True
@@ -349,7 +374,7 @@ class ProducerBatch:
         it, for re-batching after MESSAGE_TOO_LARGE."""
         futures = list(self._futures)
         callbacks: list[Callable[[FutureRecordMetadata], object] | None] = [None] * len(futures)
-        for run, first, delta, count in self._runs:
+        for run, first, delta, count in self._runs or ():
             for j in range(count):
                 callbacks[delta + j] = run.sink_for(first + j)
         for (timestamp, key, value, headers), future, callback in zip(
@@ -367,7 +392,7 @@ class ProducerBatch:
     def detach_records(self) -> None:
         """Forget the records once a split moved them (and their callbacks) to new batches."""
         self._futures = []
-        self._runs = []
+        self._runs = None
         self.result.hand_over()
 
     @property

@@ -2,6 +2,7 @@
 # batch holds a few records, and these steps run once per batch: compiled, they cost little
 # beside its records.
 cimport cython
+from aioaccum._core._cgc cimport gc_untrack
 
 
 @cython.locals(left=Py_ssize_t, n=Py_ssize_t, out=list)

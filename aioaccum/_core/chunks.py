@@ -30,6 +30,11 @@ from crc32c import crc32c
 
 from aioaccum._core.codecs import CompressionType, compress
 
+try:
+    import cython
+except ModuleNotFoundError:  # a pure-Python run without Cython installed
+    from aioaccum._core import _cython_shim as cython
+
 __all__ = [
     "CHUNK_SIZE",
     "MIN_CHUNK_SIZE",
@@ -83,6 +88,9 @@ def parts(chunks: list[bytearray], size: int) -> list[memoryview]:
         n = len(chunk)
         out.append(memoryview(chunk)[:left] if left < n else memoryview(chunk))
         left -= n
+    if cython.compiled:
+        # Kept while its batch is in flight (_cgc.pxd says why it leaves the collector).
+        gc_untrack(out)  # type: ignore[name-defined,unused-ignore]  # noqa: F821
     return out
 
 

@@ -23,17 +23,7 @@ cdef class ProduceRequestResult:
 
 
 # In and out of the garbage collector's lists (ProduceRequestResult._settle says why).
-cdef extern from *:
-    """
-    static inline void aioaccum_gc_untrack(PyObject *o) {
-        if (PyObject_GC_IsTracked(o)) PyObject_GC_UnTrack(o);
-    }
-    static inline void aioaccum_gc_track(PyObject *o) {
-        if (!PyObject_GC_IsTracked(o)) PyObject_GC_Track(o);
-    }
-    """
-    void gc_untrack "aioaccum_gc_untrack"(object o)
-    void gc_track "aioaccum_gc_track"(object o)
+from aioaccum._core._cgc cimport gc_track, gc_untrack
 
 
 # Kept small, a million of them being an ordinary load: 32-bit sizes and offset (a record and a

@@ -1,5 +1,6 @@
 # Compiled declarations for ready_index.py; see futures.pxd.
 cimport cython
+from aioaccum._core._cgc cimport gc_untrack
 from aioaccum._core.batch cimport ProducerBatch
 
 

@@ -37,6 +37,11 @@ from typing import TYPE_CHECKING
 from aioaccum._core.batch import ProducerBatch
 from aioaccum._core.cluster import ClusterView, TopicPartition
 
+try:
+    import cython
+except ModuleNotFoundError:  # a pure-Python run without Cython installed
+    from aioaccum._core import _cython_shim as cython
+
 if TYPE_CHECKING:
     from aioaccum._core.idempotence import TransactionManager
 
@@ -142,8 +147,15 @@ class ReadyIndex:
 
     def _watch(self, tp: TopicPartition, deadline: float) -> None:
         self._seq += 1
-        self._expiry_watched[tp] = (deadline, self._seq)
-        heapq.heappush(self._expiry, (deadline, self._seq, tp))
+        watched = (deadline, self._seq)
+        entry = (deadline, self._seq, tp)
+        if cython.compiled:
+            # One pair per partition with batches, kept until its oldest batch ends: with
+            # thousands of partitions, thousands of long-lived tuples (_cgc.pxd says why).
+            gc_untrack(watched)  # type: ignore[name-defined,unused-ignore]  # noqa: F821
+            gc_untrack(entry)  # type: ignore[name-defined,unused-ignore]  # noqa: F821
+        self._expiry_watched[tp] = watched
+        heapq.heappush(self._expiry, entry)
 
     # --- a sender turn
 

@@ -350,7 +350,7 @@ class Sender:
                 node,
                 acks=self._acks,
                 timeout_ms=self._request_timeout_ms,
-                batches=[(b.tp, b.record_parts()) for b in batches],
+                batches=[b.request_entry() for b in batches],
                 done=self._on_answer,
             )
         except Exception as exc:
