@@ -327,6 +327,10 @@ cdef inline void _put_be(unsigned char* p, uint64_t value, int width) noexcept n
 
 # ---------------------------------------------------------------------------------- builder
 
+cdef object _RELEASED = memoryview(b"")
+_RELEASED.release()
+
+
 cdef class MemoryRecordsBuilder:
     """Builds one v2 record batch in a pooled buffer (Java's ``MemoryRecordsBuilder``).
 
@@ -738,6 +742,10 @@ cdef class MemoryRecordsBuilder:
     cdef void _release(self) except *:
         self._data = NULL
         self._view.release()
+        # Dropped now rather than with the batch, which may wait in flight for seconds, the
+        # view and its buffer tracked by the collector. A released view stands in, so that a
+        # misuse raises what the reference raises.
+        self._view = _RELEASED
 
     cdef _write_header(self):
         out = self._out

@@ -152,6 +152,11 @@ class ProduceRequestResult:
         self._latch: Any = None
         # (waiter, record future) for each waiter concurrent.futures installed.
         self._thread_waiters: list[tuple[Any, ThreadRecordFuture]] | None = None
+        if cython.compiled:
+            # Until something that may point back is held (a waiter list, an error): with
+            # keys over thousands of partitions, thousands of open batches, each with a result
+            # the collector would walk on every full pass (_cgc.pxd).
+            gc_untrack(self)  # type: ignore[name-defined,unused-ignore]  # noqa: F821
 
     def set(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
         """End the batch (once): release waiting threads, and run the waiters' callbacks soon,
@@ -163,6 +168,8 @@ class ProduceRequestResult:
             self.log_append_time = log_append_time
             self.error = error
             self.done = True
+            if error is not None:
+                self._track()  # its traceback may lead back here
             latch = self._latch
             waiters = self._thread_waiters
             self._thread_waiters = None
@@ -198,6 +205,7 @@ class ProduceRequestResult:
             return
         if self._thread_waiters is None:
             self._thread_waiters = []
+            self._track()  # a waiter holds the futures it waits on
         self._thread_waiters.append((waiter, future))
 
     def remove_thread_waiter(self, waiter: Any, future: ThreadRecordFuture) -> None:

@@ -538,9 +538,11 @@ def run_all(
         if shared is not None:
             began = time.monotonic()
             broker.create_topics(topic_names(shared, w.topics), w.partitions, w.replication)
+            broker.warm_topics(topic_names(shared, w.topics), w.partitions)
             print(
                 f"  {w.name}: {plural(w.topics, 'topic')} of {plural(w.partitions, 'partition')} "
-                f"ready in {time.monotonic() - began:.0f} s, shared by its runs",
+                f"ready and written to once each in {time.monotonic() - began:.0f} s, shared "
+                "by its runs",
                 flush=True,
             )
         if w.memory_bound:

@@ -365,15 +365,18 @@ async def test_a_settled_result_leaves_the_collector_and_a_late_listener_brings_
     compiled = describe().startswith("compiled")
     loop = asyncio.get_running_loop()
     quiet = ProduceRequestResult(TP, loop)
-    assert gc.is_tracked(quiet)
+    # Open, it holds nothing that could point back at it yet: compiled, it starts untracked.
+    assert gc.is_tracked(quiet) is not compiled
     quiet.set(5, -1, None)
     assert gc.is_tracked(quiet) is not compiled
     assert quiet.waiters == 0
 
     awaited = new_batch(loop)
     futures = fill(awaited, 2)
+    assert gc.is_tracked(awaited.result) is not compiled
     seen: list[int] = []
     futures[1].add_done_callback(lambda f: seen.append(f.result().offset))
+    assert gc.is_tracked(awaited.result)  # its first waiter list: tracked from here
     awaited.result.set(10, -1, None)
     assert gc.is_tracked(awaited.result)  # a callback still to run holds a closure
     await asyncio.sleep(0)
@@ -389,3 +392,12 @@ async def test_a_settled_result_leaves_the_collector_and_a_late_listener_brings_
     failed = ProduceRequestResult(TP, loop)
     failed.set(-1, -1, BrokerError("NOT_LEADER", errno=6, retriable=True))
     assert gc.is_tracked(failed)  # an error's traceback may reach back to it
+
+    # An open batch, its builder and their lists: compiled, none is walked by the collector.
+    batch = new_batch(loop)
+    fill(batch, 3)
+    for held in (batch, batch.builder, batch._futures):
+        assert gc.is_tracked(held) is not compiled
+    batch.close()
+    assert gc.is_tracked(batch.request_entry()) is not compiled
+    batch.complete(0, -1)
