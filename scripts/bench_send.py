@@ -88,9 +88,12 @@ def settings(journal: str | None, idempotent: bool) -> dict[str, Any]:
 
 async def run(mode: str, records: int, value_size: int, partitions: int,
               journal: str | None = None, idempotent: bool = False,
-              batch_size: int | None = None) -> tuple[float, float]:
-    """Seconds of process CPU and of wall time for ``records`` sent and waited for."""
+              batch_size: int | None = None, keyed: bool = False) -> tuple[float, float]:
+    """Seconds of process CPU and of wall time for ``records`` sent and waited for; with
+    ``keyed``, each record has one of 16 keys per partition, in turn."""
     value = b"x" * value_size
+    pool = [f"key-{i}".encode() for i in range(16 * partitions)] if keyed else [None]
+    keys = [pool[i % len(pool)] for i in range(records)]
     kafka = InstantKafka(partitions)
     sizes: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}
     async with Producer(kafka=kafka, linger_ms=5, **sizes,
@@ -101,12 +104,14 @@ async def run(mode: str, records: int, value_size: int, partitions: int,
             waits = []
             for start in range(0, records, chunk):
                 n = min(chunk, records - start)
-                waits.append(await producer.send_many(TOPIC, [value] * n))
+                waits.append(await producer.send_many(
+                    TOPIC, [value] * n, keys=keys[start : start + n] if keyed else None
+                ))
             # Read every metadata once, as the other modes do.
             out: list[Any] = [None for w in waits for _ in await w]
         else:
             send = producer.send
-            futures = [await send(TOPIC, value) for _ in range(records)]
+            futures = [await send(TOPIC, value, key) for key in keys]
             if mode == "await_each":
                 # Each metadata is read and dropped, as a caller checking every record would.
                 out = []
@@ -177,6 +182,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=None,
                         help="batch_size (default: the producer's own); per-batch costs weigh "
                         "more in small batches")
+    parser.add_argument("--keyed", action="store_true",
+                        help="a key per record, 16 keys per partition (the bench's keyed-*)")
     parser.add_argument("--idempotent", action="store_true",
                         help="acks='all' and idempotence (the baseline of --journal)")
     args = parser.parse_args()
@@ -198,7 +205,7 @@ def main() -> None:
             continue
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             coro = run(mode, args.records, args.value_size, args.partitions, args.journal,
-                       args.idempotent, args.batch_size)
+                       args.idempotent, args.batch_size, args.keyed)
             if args.profile:
                 profiler = cProfile.Profile()
                 profiler.enable()

@@ -25,5 +25,5 @@ cdef class ProducerBatch:
     cdef public object split_into
     cdef public object tp
 
-    @cython.locals(future=RecordFuture, for_loop=FutureRecordMetadata, delta=Py_ssize_t)
+    @cython.locals(future=RecordFuture, delta=Py_ssize_t)
     cpdef RecordFuture try_append(self, timestamp, key, value, headers, bint for_thread=*)

@@ -167,16 +167,14 @@ class ProducerBatch:
         if for_thread:
             future = ThreadRecordFuture.__new__(ThreadRecordFuture)
         else:
-            for_loop = FutureRecordMetadata.__new__(FutureRecordMetadata)
-            for_loop._cancel_message = None
-            for_loop._asyncio_future_blocking = False
-            future = for_loop
+            future = FutureRecordMetadata.__new__(FutureRecordMetadata)
         future._result = self.result
         future._relative_offset = delta
         future._timestamp = timestamp
         future._key_size = -1 if key is None else len(key)
         future._value_size = -1 if value is None else len(value)
         future._cancelled = False
+        future._blocking = False
         self._futures.append(future)
         return future
 

@@ -14,6 +14,7 @@ cdef class ProduceRequestResult:
     cdef public object error
     cdef public bint done
     cdef public list _callbacks
+    cdef public object _cancel_messages
     cdef public list _listeners
     cdef public object _latch
     cdef public object _thread_waiters
@@ -27,20 +28,23 @@ from aioaccum._core._cgc cimport gc_track, gc_untrack
 
 
 # Kept small, a million of them being an ordinary load: 32-bit sizes and offset (a record and a
-# batch are far below 2 GiB), two flags, one 64-bit timestamp, and no C methods (which would add
-# a pointer to their table to every object): 64 bytes with the object header.
+# batch are far below 2 GiB), two one-byte flags, one 64-bit timestamp, no C methods (which would
+# add a pointer to their table to every object), and the rare cancel message kept in the batch
+# result: 46 bytes with the object header, allocated in 48. The flag asyncio reads
+# (_asyncio_future_blocking) is a property of FutureRecordMetadata over _blocking: a field of
+# the subclass would start past the base's padding and take the object to 64 bytes.
 cdef class RecordFuture:
     cdef public ProduceRequestResult _result
     cdef public long long _timestamp
     cdef public int _relative_offset
     cdef public int _key_size
     cdef public int _value_size
-    cdef public bint _cancelled
+    cdef public unsigned char _cancelled
+    cdef public unsigned char _blocking
 
 
 cdef class FutureRecordMetadata(RecordFuture):
-    cdef public object _cancel_message
-    cdef public bint _asyncio_future_blocking
+    pass
 
 
 cdef class ThreadRecordFuture(RecordFuture):

@@ -121,6 +121,7 @@ class ProduceRequestResult:
 
     __slots__ = (
         "_callbacks",
+        "_cancel_messages",
         "_latch",
         "_listeners",
         "_thread_waiters",
@@ -152,6 +153,9 @@ class ProduceRequestResult:
         self._latch: Any = None
         # (waiter, record future) for each waiter concurrent.futures installed.
         self._thread_waiters: list[tuple[Any, ThreadRecordFuture]] | None = None
+        # The message given to cancel(msg), by record offset in the batch: rare, so kept here
+        # rather than in a field of every record future.
+        self._cancel_messages: dict[int, object] | None = None
         if cython.compiled:
             # Until something that may point back is held (a waiter list, an error): with
             # keys over thousands of partitions, thousands of open batches, each with a result
@@ -234,7 +238,12 @@ class ProduceRequestResult:
         the garbage collector's lists. Futures kept by the million share one result per batch,
         and with small batches (keys over many partitions) the collector's full passes over
         these results cost a third of the producer's CPU."""
-        if self.error is None and not self._callbacks and not self._listeners:
+        if (
+            self.error is None
+            and not self._callbacks
+            and not self._listeners
+            and self._cancel_messages is None
+        ):
             self._callbacks = None
             self._listeners = None
             if cython.compiled:
@@ -308,6 +317,21 @@ class ProduceRequestResult:
                 self._callbacks = [entry for entry in callbacks if entry[0] is not future]
         return taken
 
+    def keep_cancel_message(self, relative_offset: int, message: object) -> None:
+        """Remember what ``cancel(message)`` said for the record at ``relative_offset``."""
+        with THREAD_LOCK:
+            if self._cancel_messages is None:
+                self._cancel_messages = {}
+                self._track()  # the message may be any object
+            self._cancel_messages[relative_offset] = message
+
+    def cancel_message(self, relative_offset: int, drop: bool = False) -> object:
+        """The message a record was cancelled with (None if none); ``drop`` forgets it."""
+        messages = self._cancel_messages
+        if messages is None:
+            return None
+        return messages.pop(relative_offset, None) if drop else messages.get(relative_offset)
+
     def add_listener(self, listener: Listener) -> None:
         listeners = self._listeners
         if listeners is None:
@@ -369,6 +393,7 @@ class RecordFuture:
     """
 
     __slots__ = (
+        "_blocking",
         "_cancelled",
         "_key_size",
         "_relative_offset",
@@ -391,6 +416,7 @@ class RecordFuture:
         self._key_size = key_size
         self._value_size = value_size
         self._cancelled = False
+        self._blocking = False
 
     def pending_result(self) -> ProduceRequestResult | None:
         """The batch result this record still waits for, or ``None`` once it is done."""
@@ -400,11 +426,18 @@ class RecordFuture:
 
     def retarget(self, result: ProduceRequestResult, relative_offset: int) -> None:
         """Point at another batch after a split moved the record there."""
+        message = (
+            self._result.cancel_message(self._relative_offset, drop=True)
+            if self._cancelled
+            else None
+        )
         self._result = result
         self._relative_offset = relative_offset
+        if message is not None:
+            result.keep_cancel_message(relative_offset, message)
 
     def done(self) -> bool:
-        return self._cancelled or self._result.done
+        return self._cancelled != 0 or self._result.done
 
     def _metadata(self) -> RecordMetadata:
         """The record's metadata, or its error raised (a copy, for this reader); done only."""
@@ -433,7 +466,7 @@ class FutureRecordMetadata(RecordFuture):
     ``set_exception`` are not available.
     """
 
-    __slots__ = ("_asyncio_future_blocking", "_cancel_message")
+    __slots__ = ()
 
     def __init__(
         self,
@@ -444,14 +477,22 @@ class FutureRecordMetadata(RecordFuture):
         value_size: int,
     ) -> None:
         RecordFuture.__init__(self, result, relative_offset, timestamp, key_size, value_size)
-        self._cancel_message: object = None
-        # Read and written by asyncio's Task: True while a task yields this future to the loop.
-        self._asyncio_future_blocking = False
+
+    # Read and written by asyncio's Task: True while a task yields this future to the loop. Kept
+    # in the base class's one-byte field (futures.pxd): two flags and no message slot keep a
+    # record future at 48 bytes, not 64.
+    @property
+    def _asyncio_future_blocking(self) -> bool:
+        return self._blocking != 0
+
+    @_asyncio_future_blocking.setter
+    def _asyncio_future_blocking(self, value: bool) -> None:
+        self._blocking = bool(value)
 
     # --- state
 
     def cancelled(self) -> bool:
-        return self._cancelled
+        return self._cancelled != 0
 
     def get_loop(self) -> Any:
         loop = self._result.loop
@@ -487,7 +528,8 @@ class FutureRecordMetadata(RecordFuture):
         if self.done():
             return False
         self._cancelled = True
-        self._cancel_message = msg
+        if msg is not None:
+            self._result.keep_cancel_message(self._relative_offset, msg)
         result = self._result
         loop = result.loop
         for future, fn, context in result.take_callbacks(self):
@@ -499,7 +541,7 @@ class FutureRecordMetadata(RecordFuture):
 
     def _make_cancelled_error(self) -> CancelledError:
         # asyncio.gather calls this on a cancelled child.
-        message = self._cancel_message
+        message = self._result.cancel_message(self._relative_offset)
         return CancelledError() if message is None else CancelledError(message)
 
     # --- callbacks
@@ -534,7 +576,7 @@ class FutureRecordMetadata(RecordFuture):
 
     def _awaiting(self) -> Generator[Any, None, RecordMetadata]:
         if not self.done():
-            self._asyncio_future_blocking = True
+            self._blocking = True
             yield self  # the record, not the batch: a task that is cancelled cancels only this
         if not self.done():
             raise RuntimeError("await wasn't used with future")
@@ -655,9 +697,9 @@ def await_step(future: FutureRecordMetadata) -> Any:
     the awaiting task clears the flag when it takes it), else its metadata or its error raised."""
     if future._cancelled or future._result.done:
         return future.result()
-    if future._asyncio_future_blocking:
+    if future._blocking:
         raise RuntimeError("await wasn't used with future")
-    future._asyncio_future_blocking = True
+    future._blocking = True
     return future
 
 

@@ -19,8 +19,8 @@ result, as a split does, and the stand-in hands its callbacks and waiters over
 thread still blocked on it. So a spilled record's future is simply pending until the broker
 acknowledges the record; it never fails for the outage.
 
-Memory per spilled record, fixed whatever its size: its future (64 bytes compiled), one slot
-in a list for it and one 8-byte position, and a share of its group's stand-in: about 90 bytes.
+Memory per spilled record, fixed whatever its size: its future (48 bytes compiled), one slot
+in a list for it and one 8-byte position, and a share of its group's stand-in: about 75 bytes.
 No key, value or header is kept in memory; reading back holds at most one record and a read-ahead
 window (:class:`~aioaccum._journal.reader.RecordReader`).
 
