@@ -34,6 +34,11 @@ from aioaccum._runtime.sender import Sender
 from aioaccum.config.producer_config import Serializer
 from aioaccum.errors import ConfigError
 
+try:
+    import cython
+except ModuleNotFoundError:  # a pure-Python run without Cython installed
+    from aioaccum._core import _cython_shim as cython
+
 __all__ = ["NO_HEADERS", "RECORD_BOUND", "BulkSender", "send_each", "send_many"]
 
 Header = tuple[str, bytes | None]
@@ -175,6 +180,13 @@ async def send_many(
         None if key_list is None else checked_column("key", key_list, producer._key_serializer)
     )
     value_array = checked_column("value", value_list, producer._value_serializer)
+    if cython.compiled:
+        # The call's own lists (copied in _listed), of bytes and None only, kept with its result
+        # for as long as the caller keeps that: out of the collector's lists, whose full passes
+        # would visit every item of every result kept (_core/_cgc.pxd).
+        gc_untrack(value_array)  # type: ignore[name-defined,unused-ignore]  # noqa: F821
+        if key_array is not None:
+            gc_untrack(key_array)  # type: ignore[name-defined,unused-ignore]  # noqa: F821
     header_lists = _header_lists(headers, record_headers, count)
     _check_sizes(producer, key_array, value_array, header_lists)
     future_all: asyncio.Future[Sequence[RecordMetadata]] = loop.create_future()

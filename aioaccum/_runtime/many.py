@@ -22,6 +22,11 @@ from typing import TypeVar, overload
 from aioaccum._core.cluster import TopicPartition
 from aioaccum._core.futures import FutureRecordMetadata, ProduceRequestResult, RecordMetadata
 
+try:
+    import cython
+except ModuleNotFoundError:  # a pure-Python run without Cython installed
+    from aioaccum._core import _cython_shim as cython
+
 __all__ = ["ManyOutcomes", "ManyResult", "ReadOnRead", "all_of", "position"]
 
 _T = TypeVar("_T")
@@ -69,6 +74,11 @@ class ManyResult:
         # The batch result each of them is counted on (a split moves records to new ones).
         self._single_results: list[ProduceRequestResult] = []
         self._waits: dict[ProduceRequestResult, int] = {}
+        if cython.compiled:
+            # Indexes and record futures (not tracked themselves), a thousand per call, kept by
+            # the call's result: the collector's full passes need not visit them (_cgc.pxd).
+            gc_untrack(self._singles)  # type: ignore[name-defined,unused-ignore]  # noqa: F821
+            gc_untrack(self._single_futures)  # type: ignore[name-defined,unused-ignore]  # noqa: F821
         self._settled = 0
         self._error: BaseException | None = None
         self._accepted = -1  # unknown until seal()
@@ -149,18 +159,23 @@ class ManyResult:
             self._future.set_result(self._build())
 
     def _build(self) -> ManyOutcomes:
-        segments: list[Segment] = [*self._runs]
-        segments += [
-            (i, 1, future.result())
-            for i, future in zip(self._singles, self._single_futures, strict=True)
-        ]
-        segments.sort(key=lambda segment: segment[0])
-        return ManyOutcomes(self._timestamp, self._keys, self._values, segments)
+        runs = sorted(self._runs, key=_first)
+        singles = self._singles
+        futures = self._single_futures
+        if any(singles[i] > singles[i + 1] for i in range(len(singles) - 1)):
+            # Records of a split run report through slots, in the order their batches end.
+            order = sorted(range(len(singles)), key=singles.__getitem__)
+            singles = [singles[i] for i in order]
+            futures = [futures[i] for i in order]
+        return ManyOutcomes(self._timestamp, self._keys, self._values, runs, singles, futures)
 
 
-# (first input index, count, and either the batch's topic-partition, base offset and
-# log-append time, or, for a record that took the per-record path, its metadata)
-Segment = tuple[int, int, TopicPartition, int, int] | tuple[int, int, RecordMetadata]
+# (first input index, count, the batch's topic-partition, base offset, log-append time)
+Segment = tuple[int, int, TopicPartition, int, int]
+
+
+def _first(segment: Segment) -> int:
+    return segment[0]
 
 
 class ReadOnRead(Sequence[_T]):
@@ -182,30 +197,35 @@ class ReadOnRead(Sequence[_T]):
 class ManyOutcomes(ReadOnRead[RecordMetadata]):
     """The metadata of a ``send_many`` call's records, in input order, each built when read.
 
-    Kept as one entry per batch (where its records went), not one tuple per record, so a
-    caller that reads each once and moves on holds no million tuples for the collector to walk.
+    Kept as one entry per batch for the records that went in runs, and as the input index and
+    future of each record that went one by one (keyed records: nearly all of a keyed call). No
+    tuple or metadata is made per record until it is read, so results kept by the hundred hold
+    no millions of objects for the collector to walk (record futures are not tracked by it).
     """
 
-    __slots__ = ("_firsts", "_keys", "_segments", "_timestamp", "_values")
+    __slots__ = ("_count", "_firsts", "_keys", "_runs", "_single_futures", "_singles",
+                 "_timestamp", "_values")
 
     def __init__(
         self,
         timestamp: int,
         keys: Sequence[bytes | None] | None,
         values: Sequence[bytes | None],
-        segments: list[Segment],
+        runs: list[Segment],
+        singles: list[int],
+        single_futures: list[FutureRecordMetadata],
     ) -> None:
         self._timestamp = timestamp
         self._keys = keys
         self._values = values
-        self._segments = segments
-        self._firsts = [segment[0] for segment in segments]
+        self._runs = runs
+        self._firsts = [run[0] for run in runs]
+        self._singles = singles
+        self._single_futures = single_futures
+        self._count = len(singles) + sum(run[1] for run in runs)
 
     def __len__(self) -> int:
-        if not self._segments:
-            return 0
-        last = self._segments[-1]
-        return last[0] + last[1]
+        return self._count
 
     @overload
     def __getitem__(self, index: int) -> RecordMetadata: ...
@@ -217,27 +237,39 @@ class ManyOutcomes(ReadOnRead[RecordMetadata]):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         index = position(index, len(self), "record")
-        segment = self._segments[bisect.bisect_right(self._firsts, index) - 1]
-        return self._metadata(segment, index)
+        singles = self._singles
+        at = bisect.bisect_left(singles, index)
+        if at < len(singles) and singles[at] == index:
+            return self._single_futures[at].result()
+        return self._metadata(self._runs[bisect.bisect_right(self._firsts, index) - 1], index)
 
     def __iter__(self) -> Iterator[RecordMetadata]:
         metadata = self._metadata
-        for segment in self._segments:
-            first = segment[0]
-            for index in range(first, first + segment[1]):
-                yield metadata(segment, index)
+        singles = self._singles
+        futures = self._single_futures
+        at = 0  # the next single
+        for run in self._runs:
+            first = run[0]
+            while at < len(singles) and singles[at] < first:
+                yield futures[at].result()
+                at += 1
+            for index in range(first, first + run[1]):
+                yield metadata(run, index)
+        for future in futures[at:]:
+            yield future.result()
 
     def partition_counts(self) -> dict[int, int]:
         """How many records went to each partition, from the batches (no metadata built)."""
         counts: dict[int, int] = {}
-        for segment in self._segments:
-            partition = segment[2].partition  # a batch's TopicPartition, or a record's metadata
-            counts[partition] = counts.get(partition, 0) + segment[1]
+        for run in self._runs:
+            partition = run[2].partition
+            counts[partition] = counts.get(partition, 0) + run[1]
+        for future in self._single_futures:
+            partition = future._result.partition
+            counts[partition] = counts.get(partition, 0) + 1
         return counts
 
     def _metadata(self, segment: Segment, index: int) -> RecordMetadata:
-        if len(segment) == 3:
-            return segment[2]  # a record of the per-record path
         first, _, (topic, partition), base_offset, log_append_time = segment
         key = None if self._keys is None else self._keys[index]
         value = self._values[index]

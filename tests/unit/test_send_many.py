@@ -281,3 +281,26 @@ async def test_the_metadata_sequence_indexes_like_a_list() -> None:
         hash(results)
     with pytest.raises(IndexError, match="record index 300 out of range for 300 records"):
         results[300]
+
+
+async def test_keyed_and_run_records_read_back_in_input_order_however_read() -> None:
+    # A keyed record goes one by one and is kept as its future; the records after the first of
+    # a batch go in runs: each way of reading the result walks both in input order.
+    producer, _ = make(batch_size=1024)
+    keyed = [b"k%d" % (i % 5) for i in range(120)]
+    values = [b"v%04d" % i + b"x" * 40 for i in range(120)]
+    async with producer:
+        first = await producer.send_many("t", values, keys=keyed)
+        second = await producer.send_many("t", values, partition=2)
+        mixed = await first
+        runs = await second
+    every = list(mixed)
+    assert [m.serialized_key_size for m in every] == [len(k) for k in keyed]
+    assert [mixed[i] for i in range(len(mixed))] == every
+    assert mixed[-1] == every[-1] and mixed[40:45] == every[40:45]
+    counts: dict[int, int] = {}
+    for m in every:
+        counts[m.partition] = counts.get(m.partition, 0) + 1
+    assert mixed.partition_counts() == counts
+    assert runs.partition_counts() == {2: 120}
+    assert [m.offset for m in runs] == list(range(runs[0].offset, runs[0].offset + 120))
