@@ -297,7 +297,8 @@ async def test_keyed_and_run_records_read_back_in_input_order_however_read() -> 
     every = list(mixed)
     assert [m.serialized_key_size for m in every] == [len(k) for k in keyed]
     assert [mixed[i] for i in range(len(mixed))] == every
-    assert mixed[-1] == every[-1] and mixed[40:45] == every[40:45]
+    assert mixed[-1] == every[-1]
+    assert mixed[40:45] == every[40:45]
     counts: dict[int, int] = {}
     for m in every:
         counts[m.partition] = counts.get(m.partition, 0) + 1
