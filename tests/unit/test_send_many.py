@@ -18,6 +18,7 @@ from aioaccum import (
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.kafka_errors import Errors
 from aioaccum._core.partitioner import default_partition
+from aioaccum._runtime.many import ManyOutcomes
 from aioaccum.producer import Producer
 
 from .fake_kafka import FakeKafka, Request
@@ -294,6 +295,8 @@ async def test_keyed_and_run_records_read_back_in_input_order_however_read() -> 
         second = await producer.send_many("t", values, partition=2)
         mixed = await first
         runs = await second
+    assert isinstance(mixed, ManyOutcomes)
+    assert isinstance(runs, ManyOutcomes)
     every = list(mixed)
     assert [m.serialized_key_size for m in every] == [len(k) for k in keyed]
     assert [mixed[i] for i in range(len(mixed))] == every
