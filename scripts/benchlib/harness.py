@@ -137,27 +137,6 @@ class Broker:
                     ) from exc
             time.sleep(0.2)
 
-    def warm_topics(self, topics: list[str], partitions: int) -> None:
-        """Writes one record to every partition, acknowledged by all replicas, and returns.
-
-        A partition's first append costs its broker far more than the next ones (the log's
-        first segment and indexes come into use); on a topic shared by a workload's runs, that
-        cost fell on whichever contender ran first in the first repetition, 3 to 5 times slower
-        with thousands of partitions than the same contender later. Offsets are counted as
-        differences per run, so these records count for no one."""
-        from confluent_kafka import Producer as Warmer
-
-        warmer = Warmer({"bootstrap.servers": self.bootstrap, "acks": "all",
-                         "linger.ms": 20, "log_level": QUIET})
-        for topic in topics:
-            for partition in range(partitions):
-                warmer.produce(topic, b"warm-up", partition=partition)
-                warmer.poll(0)
-        left = warmer.flush(ADMIN_TIMEOUT_S)
-        if left:
-            raise RuntimeError(f"warming {topics[0]}: {left} records still unsent after "
-                               f"{ADMIN_TIMEOUT_S:.0f} s")
-
     def delete_topic(self, topic: str) -> None:
         self.delete_topics([topic])
 
