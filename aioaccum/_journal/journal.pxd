@@ -23,6 +23,7 @@ cdef class Journal:
     cdef public object _run_tp
     cdef public Segment _run_segment
     cdef public Py_ssize_t _run
+    cdef public long long _run_topic_id
 
     @cython.locals(seq=cython.longlong, segment=Segment, topic_id=object, owed=object)
     cpdef long long append(self, str topic, partition, timestamp, key, value, headers=*,

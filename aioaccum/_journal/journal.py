@@ -183,6 +183,7 @@ class Journal:
         # in it (see append and _flush_run).
         self._run_tp: TopicPartition | None = None
         self._run_segment: Segment | None = None
+        self._run_topic_id = -1  # the run's topic, by its id in the run's segment
         self._run = 0
         self._lock = FolderLock(folder)
         self._segments: deque[Segment] = deque()
@@ -388,13 +389,20 @@ class Journal:
         segment = self._head
         # The usual case, kept short: the newest segment knows the topic and has room.
         if segment is not None:
+            # Records of one partition come in runs (a batch fills before the next): while
+            # the run lasts, its topic's id is known to the segment, and only a counter moves
+            # (see _flush_run).
+            if tp is self._run_tp and segment is self._run_segment and tp is not None:
+                if segment.writer.append_record(seq, self._run_topic_id, partition, timestamp,
+                                                key, value, headers):
+                    self._next_seq = seq + 1
+                    self._run += 1
+                    return seq
             topic_id = self._topic_ids.get(topic, -1)
             if topic_id in segment.topics and segment.writer.append_record(
                 seq, topic_id, partition, timestamp, key, value, headers
             ):
                 self._next_seq = seq + 1
-                # Records of one partition come in runs (a batch fills before the next):
-                # while the run lasts, only a counter moves (see _flush_run).
                 if tp is self._run_tp and segment is self._run_segment and tp is not None:
                     self._run += 1
                     return seq
@@ -409,6 +417,7 @@ class Journal:
                     segment.owed[tp] = owed + 1
                 self._run_tp = tp
                 self._run_segment = segment
+                self._run_topic_id = topic_id
                 return seq
         topic_id = self._topic_id(topic)
         payload = entries.encode_record(seq, topic_id, partition, timestamp, key, value,

@@ -6,6 +6,8 @@ from aioaccum._core.futures cimport ProduceRequestResult, RecordFuture
 from aioaccum._journal.journal cimport Journal
 
 
+cdef Py_ssize_t _BOUND_FIXED
+
 cpdef Py_ssize_t entry_bound(str topic, Py_ssize_t record_size, Py_ssize_t headers) except? -1
 
 
@@ -24,6 +26,8 @@ cdef class JournaledAccumulator(RecordAccumulator):
     cdef public object journal_lock
     cdef public dict _ranges
     cdef public Py_ssize_t _room
+    cdef public object _last_result
+    cdef public _Range _last_range
     cdef public list room_waiters
     cdef public object room_freed
     cdef public Py_ssize_t threads_waiting
