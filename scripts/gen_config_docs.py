@@ -55,13 +55,14 @@ Memory: records wait in batches whose bytes come from one pool of `buffer_memory
 `send()` waits (up to `max_block_ms`) when it is spent. With
 `buffer_memory_allocation_strategy='full'` each open batch holds `batch_size` bytes however few
 records it has, so keys spread over many partitions can spend the pool on nearly empty batches.
-With `'incremental'` (Kafka's KIP-1332) a batch holds 2 KiB chunks taken as its records arrive,
-up to `batch_size`: an open batch of a few records holds one chunk, so memory follows the bytes
+With `'incremental'` (Kafka's KIP-1332) a batch holds chunks taken as its records arrive, up to
+`batch_size`: a 2 KiB chunk first, then chunks that double (each as large as the batch so far, up
+to 64 KiB). An open batch of a few records holds one small chunk, so memory follows the bytes
 buffered rather than the number of partitions with data, and a large `batch_size` costs nothing
-per idle partition. Compressed batches grow the same way and are compressed back into their own
-chunks when they close; the chunks go to the socket as they are. A chunk is taken without
-waiting; when the pool has none, the batch is sent as it is and the next record waits in the
-pool's queue for a new batch, as with `'full'`.
+per idle partition; a busy batch of 1 MiB is 21 chunks, not 512. Compressed batches grow the
+same way and are compressed back into their own chunks when they close; the chunks go to the
+socket as they are. A chunk is taken without waiting; when the pool has none, the batch is sent
+as it is and the next record waits in the pool's queue for a new batch, as with `'full'`.
 
 | Python name | Java name | Type | Default | Range or choices | Description |
 |---|---|---|---|---|---|

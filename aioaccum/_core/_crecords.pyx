@@ -590,7 +590,10 @@ cdef class MemoryRecordsBuilder:
         while self._capacity < needed:
             if self._source is None:
                 return False
-            chunk = self._source(max(self._chunk_size, needed - self._capacity))
+            # Once per chunk: the rule's Python call costs nothing beside the chunk's records
+            # (and a cimport would tie this module to the compiled chunks module).
+            chunk = self._source(_chunks.next_chunk_size(
+                self._chunk_size, self._capacity, needed - self._capacity))
             if chunk is None:
                 return False
             chunks.append(chunk)

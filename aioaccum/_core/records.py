@@ -462,7 +462,8 @@ class MemoryRecordsBuilder:
         assert chunks is not None
         source = self._source
         while self._capacity < needed:
-            want = max(self._chunk_size, needed - self._capacity)
+            want = _chunks.next_chunk_size(self._chunk_size, self._capacity,
+                                           needed - self._capacity)
             chunk = None if source is None else source(want)
             if chunk is None:
                 return False

@@ -392,12 +392,12 @@ class Journal:
             # Records of one partition come in runs (a batch fills before the next): while
             # the run lasts, its topic's id is known to the segment, and only a counter moves
             # (see _flush_run).
-            if tp is self._run_tp and segment is self._run_segment and tp is not None:
-                if segment.writer.append_record(seq, self._run_topic_id, partition, timestamp,
-                                                key, value, headers):
-                    self._next_seq = seq + 1
-                    self._run += 1
-                    return seq
+            if (tp is self._run_tp and segment is self._run_segment and tp is not None
+                    and segment.writer.append_record(seq, self._run_topic_id, partition,
+                                                     timestamp, key, value, headers)):
+                self._next_seq = seq + 1
+                self._run += 1
+                return seq
             topic_id = self._topic_ids.get(topic, -1)
             if topic_id in segment.topics and segment.writer.append_record(
                 seq, topic_id, partition, timestamp, key, value, headers

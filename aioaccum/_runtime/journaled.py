@@ -205,10 +205,8 @@ class JournaledAccumulator(RecordAccumulator):
                                  result.tp)
             # Records of a batch come one after another: the last range found is most often
             # the one again, which spares a dictionary lookup per record.
-            if result is self._last_result:
-                found = self._last_range
-            else:
-                found = self._ranges.get(result)
+            found = (self._last_range if result is self._last_result
+                     else self._ranges.get(result))
             if found is None:
                 batch = self._batches[result.tp][-1]
                 found = self._ranges[result] = _Range(batch, seq)

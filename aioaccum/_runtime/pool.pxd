@@ -7,6 +7,8 @@ cdef class BufferPool:
     cdef public object _clock
     cdef public object lock
     cdef public object _free
+    cdef public dict _sized
+    cdef public Py_ssize_t _sized_bytes
     cdef public Py_ssize_t _unallocated
     cdef public Py_ssize_t _allocated
     cdef public dict _waiters

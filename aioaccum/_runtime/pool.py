@@ -10,6 +10,7 @@ places, and the pool keeps the sum exact through every path, including timeouts,
 and ``close()``::
 
     total_memory == len(free) * poolable_size   # pooled buffers waiting to be reused
+                  + free_sized                  # larger pooled buffers (chunks), by their size
                   + unallocated                 # bytes never handed out, or handed back unpooled
                   + reserved                    # bytes the head waiter has gathered so far
                   + allocated                   # bytes in callers' hands
@@ -19,6 +20,12 @@ buffers are kept after use and handed out again, oldest first, without touching 
 Any other size is allocated fresh and only its byte count is returned. When an odd-sized request
 needs more than ``unallocated``, pooled buffers are given up from the tail of the free list (the
 most recently returned ones) until it fits, as Kafka's ``freeUp`` does.
+
+*Sized free lists.* With incremental allocation the pooled size is a chunk, and a busy batch
+grows by chunks that double (see :mod:`aioaccum._core.chunks`): ``poolable_size`` times 2, 4, ...
+up to ``largest_pooled``. Each of those sizes has a free list of its own, so that a batch of
+1 MiB made of 64 KiB chunks reuses them as a batch of one size reuses its buffer. They are given
+up first, largest first, when an odd-sized request needs their bytes.
 
 *Fast path.* ``allocate_nowait`` serves a request synchronously when nobody is queued and the
 memory is there; ``allocate`` tries it first, so an uncontended allocation never suspends.
@@ -85,8 +92,8 @@ class PoolStats:
         poolable_size: Size of the pooled buffers (``batch_size``).
         free_buffers: Pooled buffers waiting to be reused.
         unallocated: Bytes not handed out and not held in pooled buffers.
-        available: ``unallocated + free_buffers * poolable_size`` (Java
-            ``buffer-available-bytes``).
+        available: ``unallocated + free_buffers * poolable_size`` plus the bytes of larger
+            pooled buffers (Java ``buffer-available-bytes``).
         reserved: Bytes the head waiter has gathered but not yet been granted.
         allocated: Bytes currently handed out (granted and not yet deallocated).
         waiters: Queued allocations (Java ``waiting-threads``).
@@ -96,6 +103,8 @@ class PoolStats:
         wait_time_total_s: Seconds spent waiting in the queue, summed over all waiters (Java
             ``bufferpool-wait-time-ns-total`` / 1e9); its rate is ``bufferpool-wait-ratio``.
         closed: Whether :meth:`BufferPool.close` was called.
+        free_sized: Bytes in pooled buffers larger than ``poolable_size`` (the doubling chunks
+            of incremental allocation) waiting to be reused.
     """
 
     total: int
@@ -111,6 +120,7 @@ class PoolStats:
     exhausted_count: int
     wait_time_total_s: float
     closed: bool
+    free_sized: int = 0
 
 
 class _Waiter:
@@ -200,6 +210,8 @@ class BufferPool:
         total_memory: The most bytes that may be handed out at once (``buffer_memory``).
         poolable_size: The size of buffers that are kept for reuse (``batch_size``).
         clock: A monotonic clock in seconds, used only for the wait-time metric.
+        largest_pooled: Above ``poolable_size``: buffers of ``poolable_size`` doubled, up to
+            this many bytes, are kept for reuse too, each size in a free list of its own.
 
     Thread-safe: every method holds :attr:`lock`.
 
@@ -214,6 +226,7 @@ class BufferPool:
         poolable_size: int,
         *,
         clock: Callable[[], float] = time.monotonic,
+        largest_pooled: int = 0,
     ) -> None:
         if total_memory < 0:
             raise ValueError(f"total_memory must be >= 0, got {total_memory}")
@@ -227,6 +240,12 @@ class BufferPool:
         self.lock = threading.RLock()
         """Held by every method; the accumulator holds it too while it appends and drains."""
         self._free: deque[bytearray] = deque()
+        self._sized: dict[int, list[bytearray]] = {}
+        size = poolable_size * 2
+        while size <= min(largest_pooled, total_memory):
+            self._sized[size] = []
+            size *= 2
+        self._sized_bytes = 0  # bytes in the sized free lists
         self._unallocated = total_memory
         self._allocated = 0
         # In arrival order: a dict, so that any waiter leaves in O(1).
@@ -261,7 +280,7 @@ class BufferPool:
     def available_memory(self) -> int:
         """Bytes that could be allocated now: unallocated plus pooled free buffers."""
         with self.lock:
-            return self._unallocated + len(self._free) * self._poolable
+            return self._unallocated + len(self._free) * self._poolable + self._sized_bytes
 
     def unallocated_memory(self) -> int:
         """Bytes that are neither handed out nor held in pooled free buffers."""
@@ -293,12 +312,18 @@ class BufferPool:
             if size == self._poolable and self._free:
                 buffer = self._free.popleft()
             else:
-                if size > self._unallocated:
-                    if size > self._unallocated + len(self._free) * self._poolable:
-                        return None
-                    self._free_up(size)
-                self._unallocated -= size
-                buffer = bytearray(size)
+                sized = self._sized.get(size) if self._sized else None
+                if sized:
+                    buffer = sized.pop()
+                    self._sized_bytes -= size
+                else:
+                    if size > self._unallocated:
+                        if size > (self._unallocated + len(self._free) * self._poolable
+                                   + self._sized_bytes):
+                            return None
+                        self._free_up(size)
+                    self._unallocated -= size
+                    buffer = bytearray(size)
             self._allocated += size
             self._allocations += 1
             return buffer
@@ -417,8 +442,11 @@ class BufferPool:
                     f"cannot deallocate {size} bytes: only {self._allocated} bytes are allocated"
                 )
             self._allocated -= size
-            if size == self._poolable and len(buffer) == size:
+            if len(buffer) == size and size == self._poolable:
                 self._free.append(buffer)
+            elif len(buffer) == size and self._sized and size in self._sized:
+                self._sized[size].append(buffer)
+                self._sized_bytes += size
             else:
                 self._unallocated += size
             if self._waiters:
@@ -455,6 +483,7 @@ class BufferPool:
                 exhausted_count=self._exhausted,
                 wait_time_total_s=self._wait_time,
                 closed=self._closed,
+                free_sized=self._sized_bytes,
             )
 
     def __repr__(self) -> str:
@@ -462,6 +491,7 @@ class BufferPool:
         return (
             f"<BufferPool {state} total={self._total} poolable={self._poolable}"
             f" available={self.available_memory()} (free={len(self._free)}x{self._poolable}"
+            f"{f' + {self._sized_bytes} in larger pooled buffers' if self._sized else ''}"
             f" + unallocated={self._unallocated}) allocated={self._allocated}"
             f" waiters={len(self._waiters)}>"
         )
@@ -493,7 +523,15 @@ class BufferPool:
         self._queued_allocations += 1
 
     def _free_up(self, size: int) -> None:
-        """Give up pooled buffers, most recently returned first, until ``size`` is unallocated."""
+        """Give up pooled buffers until ``size`` is unallocated: the sized ones first, largest
+        first, then the free list's, most recently returned first."""
+        if self._sized_bytes:
+            for chunk_size in sorted(self._sized, reverse=True):
+                sized = self._sized[chunk_size]
+                while size > self._unallocated and sized:
+                    sized.pop()
+                    self._sized_bytes -= chunk_size
+                    self._unallocated += chunk_size
         free = self._free
         while size > self._unallocated and free:
             free.pop()
@@ -508,8 +546,13 @@ class BufferPool:
                 # Its task has not run its cleanup yet; do that here so nobody waits behind it.
                 self._leave(waiter)
                 continue
+            sized = self._sized.get(waiter.size) if self._sized else None
             if waiter.size == self._poolable and self._free:
                 buffer = self._free.popleft()
+                self._unallocated += waiter.accumulated
+            elif sized:
+                buffer = sized.pop()
+                self._sized_bytes -= waiter.size
                 self._unallocated += waiter.accumulated
             else:
                 need = waiter.size - waiter.accumulated

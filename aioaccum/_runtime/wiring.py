@@ -12,7 +12,7 @@ import math
 from typing import NamedTuple
 
 from aioaccum._core.accumulator import RecordAccumulator
-from aioaccum._core.chunks import chunk_size_for
+from aioaccum._core.chunks import chunk_size_for, largest_chunk_for
 from aioaccum._core.codecs import CompressionType
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.metrics import ProducerMetrics
@@ -49,7 +49,9 @@ def build_machinery(
         if cfg.buffer_memory_allocation_strategy == "incremental"
         else 0
     )
-    pool = BufferPool(cfg.buffer_memory, chunk_size or cfg.batch_size)
+    # A growing batch's chunks double (chunks.next_chunk_size): the pool keeps each size.
+    pool = BufferPool(cfg.buffer_memory, chunk_size or cfg.batch_size,
+                      largest_pooled=largest_chunk_for(chunk_size) if chunk_size else 0)
     metrics.bind(pool, loop.time)
     txn = TransactionManager(cfg.transactional_id) if cfg.enable_idempotence else None
     # With a journal, records wait for the cluster however long it takes: no delivery timeout.

@@ -101,7 +101,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("buffer_memory_allocation_strategy", "buffer.memory.allocation.strategy",
             Choice(ALLOCATION_STRATEGIES, upper=False), "incremental",
             "How batches take buffer_memory: 'full' holds batch_size per open batch; "
-            "'incremental' (KIP-1332) holds 2 KiB chunks that grow with the records, up to "
+            "'incremental' (KIP-1332) holds chunks that grow with the records (2 KiB, then "
+            "doubling up to 64 KiB), up to "
             "batch_size, compressed batches included",
             java_default="full",
             why_not_java="'full' would pin a 1 MiB batch_size per open batch; chunks let memory "

@@ -11,6 +11,7 @@ import pytest
 
 from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.batch import ProducerBatch
+from aioaccum._core.chunks import largest_chunk_for
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.codecs import CompressionType
 from aioaccum._core.futures import FutureRecordMetadata, RecordFuture
@@ -30,7 +31,7 @@ ALL = list(range(PARTITIONS))
 def make(
     memory: int = 64 * CHUNK, codec: CompressionType = CompressionType.NONE
 ) -> tuple[RecordAccumulator, BufferPool]:
-    pool = BufferPool(memory, CHUNK)
+    pool = BufferPool(memory, CHUNK, largest_pooled=largest_chunk_for(CHUNK))  # as wired
     acc = RecordAccumulator(
         pool, batch_size=BATCH, linger=10.0, delivery_timeout=120.0, compression=codec,
         chunk_size=CHUNK,
@@ -41,7 +42,8 @@ def make(
 def books(acc: RecordAccumulator, pool: BufferPool) -> None:
     """The pool's invariant, and: allocated == the bytes the unfinished batches hold."""
     s = pool.statistics()
-    assert s.free_buffers * s.poolable_size + s.unallocated + s.reserved + s.allocated == s.total
+    assert (s.free_buffers * s.poolable_size + s.free_sized + s.unallocated + s.reserved
+            + s.allocated == s.total)
     held = sum(len(c) for b in acc.incomplete_batches() if b.from_pool for c in b.builder.chunks)
     assert s.allocated == held
 
@@ -80,7 +82,7 @@ def test_an_open_batch_pins_one_chunk_not_batch_size() -> None:
     books(acc, pool)
 
 
-def test_a_batch_grows_chunk_by_chunk_up_to_batch_size() -> None:
+def test_a_batch_grows_by_doubling_chunks_up_to_batch_size() -> None:
     acc, pool = make(memory=BATCH * 2)
     n = 0
     while acc.queued_batches(TopicPartition("t", 0)) < 2:
@@ -90,7 +92,9 @@ def test_a_batch_grows_chunk_by_chunk_up_to_batch_size() -> None:
     assert first.estimated_size_in_bytes <= BATCH
     assert first.estimated_size_in_bytes > BATCH - 130  # filled, not cut at a chunk
     parts = first.record_parts()
-    assert len(parts) == -(-first.estimated_size_in_bytes // CHUNK)
+    # Each chunk as large as the batch before it: 256 + 256 + 512 + ... + 8192 = 16 KiB.
+    assert [len(c) for c in first.builder.chunks] == [CHUNK] + [CHUNK << k for k in range(6)]
+    assert len(parts) == 7
     assert b"".join(parts) == bytes(first.records())
     assert [r.value for r in first.builder.iter_records()] == [b"y" * 100] * (n - 1)
     books(acc, pool)
@@ -111,7 +115,8 @@ def test_a_compressed_batch_gives_back_the_chunks_it_no_longer_fills(
     [batch] = drain_all(acc)  # closed: compressed back into its first chunks
     parts = batch.record_parts()
     assert len(batch.builder.chunks) == len(parts) < 4
-    assert pool.statistics().allocated == len(parts) * CHUNK
+    assert pool.statistics().allocated == sum(len(c) for c in batch.builder.chunks)
+    assert sum(len(c) for c in batch.builder.chunks) <= 4 * CHUNK  # at most 256 + 256 + 512
     assert [r.value for r in batch.builder.iter_records()] == [b"abcd" * 25] * 100
     books(acc, pool)
     batch.complete(0, -1)

@@ -66,7 +66,8 @@ def assert_pool_whole(stats: PoolStats) -> None:
     assert stats.available == stats.total, stats
     assert stats.allocated == 0, stats
     assert stats.waiters == 0, stats
-    assert stats.unallocated + stats.free_buffers * stats.poolable_size == stats.total, stats
+    assert (stats.unallocated + stats.free_buffers * stats.poolable_size + stats.free_sized
+            == stats.total), stats
 
 
 async def warm_up(producer: Producer, topic: str) -> None:

@@ -27,7 +27,8 @@ def assert_exact(pool: BufferPool, held: int) -> PoolStats:
     """Every byte is in exactly one place: free list, unallocated, reserved or held."""
     stats = pool.statistics()
     assert stats.allocated == held
-    assert stats.free_buffers * P + stats.unallocated + stats.reserved + held == stats.total
+    assert (stats.free_buffers * P + stats.free_sized + stats.unallocated + stats.reserved + held
+            == stats.total)
     return stats
 
 
@@ -713,3 +714,47 @@ async def test_repr_and_statistics_show_the_state() -> None:
         wait_time_total_s=0.0,
         closed=True,
     )
+
+
+def test_doubled_sizes_are_pooled_each_in_its_own_free_list_and_given_up_for_odd_sizes() -> None:
+    pool = BufferPool(8 * P, P, largest_pooled=4 * P)  # pooled: P, 2P and 4P
+    two, four = pool.allocate_nowait(2 * P), pool.allocate_nowait(4 * P)
+    assert two is not None
+    assert four is not None
+    pool.deallocate(two)
+    pool.deallocate(four)
+    stats = pool.statistics()
+    assert (stats.free_sized, stats.unallocated, stats.available) == (6 * P, 2 * P, 8 * P)
+    assert pool.allocate_nowait(4 * P) is four  # reused, not allocated again
+    assert pool.allocate_nowait(2 * P) is two
+    pool.deallocate(two)
+    pool.deallocate(four)
+    # 3P is no pooled size: the larger pooled buffers are given up for its bytes, largest first.
+    odd = pool.allocate_nowait(3 * P)
+    assert odd is not None
+    assert len(odd) == 3 * P
+    stats = pool.statistics()
+    assert (stats.free_sized, stats.unallocated, stats.allocated) == (2 * P, 3 * P, 3 * P)
+    assert pool.allocate_nowait(8 * P) is None  # 5P is all there is: refused, not waited for
+    pool.deallocate(odd)
+    assert_exact(pool, 0)
+    assert pool.statistics().free_sized + pool.statistics().unallocated == 8 * P
+    # A size above largest_pooled is counted back, not kept.
+    big = pool.allocate_nowait(8 * P)
+    assert big is not None
+    pool.deallocate(big)
+    assert pool.statistics().free_sized == 0
+
+
+async def test_a_waiter_for_a_doubled_size_gets_a_returned_buffer_of_that_size() -> None:
+    pool = BufferPool(4 * P, P, largest_pooled=4 * P)
+    held = pool.allocate_nowait(4 * P)
+    assert held is not None
+    waiter = asyncio.ensure_future(pool.allocate(4 * P, math.inf))
+    await settle()
+    assert not waiter.done()
+    pool.deallocate(held)
+    await settle()
+    assert waiter.result() is held
+    pool.deallocate(held)
+    assert_exact(pool, 0)

@@ -6,7 +6,8 @@ time (so deadlines expire) and close. Each test case gets its own event loop who
 only when the machine says so; every step runs the loop until all woken tasks have run, then the
 invariants are checked:
 
-* memory is exact: free × poolable + unallocated + gathered-by-waiters + held == total;
+* memory is exact: free × poolable + larger pooled buffers + unallocated + gathered-by-waiters
+  + held == total;
 * grants come in FIFO order, and nothing younger than a queued request is ever granted;
 * no request waits while the head of the queue could be served.
 """
@@ -29,7 +30,8 @@ from .test_pool import ManualClockLoop
 
 P = 100
 TOTAL = 5 * P
-SIZES = st.sampled_from([P, P, P, 1, 40, 150, 260, TOTAL])
+# 2P and 4P are pooled too (largest_pooled, as incremental allocation's doubling chunks are).
+SIZES = st.sampled_from([P, P, P, 1, 40, 150, 2 * P, 2 * P, 260, 4 * P, TOTAL])
 MAX_BLOCK_MS = st.sampled_from([math.inf, math.inf, 10.0, 30.0, 0.0])
 SLACK = 1e-6  # float noise between the loop's clock and the deadlines the pool computes
 
@@ -53,7 +55,7 @@ class PoolMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = ManualClockLoop()
-        self.pool = BufferPool(TOTAL, P)
+        self.pool = BufferPool(TOTAL, P, largest_pooled=4 * P)
         self.held: list[bytearray] = []
         self.pending: dict[int, Request] = {}  # in arrival order
         self.grant_log: list[int] = []  # seq of each grant, in the order callers got them
@@ -180,8 +182,9 @@ class PoolMachine(RuleBasedStateMachine):
         stats = self.pool.statistics()
         held = sum(len(buffer) for buffer in self.held)
         assert stats.allocated == held
-        assert stats.free_buffers * P + stats.unallocated + stats.reserved + held == TOTAL
-        assert stats.available == stats.free_buffers * P + stats.unallocated
+        assert (stats.free_buffers * P + stats.free_sized + stats.unallocated + stats.reserved
+                + held == TOTAL)
+        assert stats.available == stats.free_buffers * P + stats.free_sized + stats.unallocated
 
     @invariant()
     def grants_are_fifo(self) -> None:
