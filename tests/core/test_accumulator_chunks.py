@@ -256,3 +256,20 @@ def test_a_thread_takes_its_first_chunk_in_the_same_queue() -> None:
     )
     assert not isinstance(got, BufferRequest)
     books(acc, pool)
+
+
+def test_compressed_batches_of_falling_sizes_on_one_thread_read_back_whole() -> None:
+    # The section a codec reads is copied into a scratch buffer kept by the thread: a smaller
+    # batch after a larger one must read back its own records only, none of the larger's tail.
+    acc, pool = make(memory=BATCH * 8, codec=CompressionType.LZ4)
+    for count, fill in ((120, b"L"), (30, b"s"), (2, b"t")):
+        for i in range(count):
+            put(acc, 0, fill * 60 + str(i).encode())
+        [batch] = drain_all(acc)
+        assert [r.value for r in batch.builder.iter_records()] == [
+            fill * 60 + str(i).encode() for i in range(count)
+        ]
+        batch.complete(0, -1)
+        acc.deallocate(batch)
+        books(acc, pool)
+    assert pool.statistics().allocated == 0
