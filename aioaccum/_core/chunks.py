@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 from crc32c import crc32c
 
-from aioaccum._core.codecs import CompressionType, compress
+from aioaccum._core.codecs import CompressionType, compress, lz4_compressor
 
 try:
     import cython
@@ -215,6 +215,42 @@ def _section(batch_parts: list[memoryview], start: int) -> memoryview:
     return view[:size]
 
 
+def _lz4_in_place(
+    level: int | None, batch_parts: list[memoryview], chunks: list[bytearray], end: int
+) -> tuple[int, bytes | None, float]:
+    """:func:`compress_chunks` for LZ4, chunk by chunk, with no copy of the section.
+
+    LZ4 frames of independent blocks can be made piece by piece (see
+    :func:`~aioaccum._core.codecs.lz4_compressor`). Each piece of output is written back over
+    the chunks once the compressor has read past the bytes it covers; output that would overtake
+    the input waits in a list (the frame's header and block headers make incompressible data a
+    few bytes longer than it was read). For a 1 MiB batch this spares the section's copy and a
+    1 MiB output, both in new pages.
+    """
+    compressor = lz4_compressor(level)
+    waiting: list[bytes] = [compressor.begin()]
+    written = read = _HEADER_SIZE  # stream offsets: output written up to, input read up to
+    for index, part in enumerate(batch_parts):
+        piece = part[_HEADER_SIZE:] if index == 0 else part
+        out = compressor.compress(piece)
+        read += len(piece)
+        if out:
+            waiting.append(out)
+        while waiting and written + len(waiting[0]) <= read:
+            first = waiting.pop(0)
+            scatter(chunks, written, first)  # within what was read: it fits
+            written += len(first)
+    waiting.append(compressor.flush())
+    rest = b"".join(waiting)
+    left = scatter(chunks, written, rest)
+    size = written + len(rest)
+    return (
+        size,
+        rest[len(rest) - left :] if left else None,
+        (size - _HEADER_SIZE) / (end - _HEADER_SIZE),
+    )
+
+
 def compress_chunks(
     compression: CompressionType, level: int | None, chunks: list[bytearray], end: int
 ) -> tuple[int, bytes | None, float]:
@@ -229,6 +265,8 @@ def compress_chunks(
         section grows by the codec's framing; ``None`` when all fit), and the ratio achieved.
     """
     batch_parts = parts(chunks, end)
+    if len(batch_parts) > 1 and compression is CompressionType.LZ4:
+        return _lz4_in_place(level, batch_parts, chunks, end)
     section = (
         batch_parts[0][_HEADER_SIZE:]
         if len(batch_parts) == 1

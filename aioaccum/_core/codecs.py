@@ -41,6 +41,7 @@ __all__ = [
     "gzip_compress",
     "gzip_decompress",
     "lz4_compress",
+    "lz4_compressor",
     "lz4_decompress",
     "snappy_compress",
     "snappy_decompress",
@@ -223,13 +224,9 @@ def lz4_compress(data: BytesLike, level: int | None = None) -> bytes:
     levels outside that band are clamped into it).
     """
     frame = _import(CompressionType.LZ4)
-    if level is None or level == _LZ4_DEFAULT:
-        hc_level = 0
-    else:
-        hc_level = min(max(level, frame.COMPRESSIONLEVEL_MINHC), frame.COMPRESSIONLEVEL_MAX)
     compressed: bytes = frame.compress(
         data,
-        compression_level=hc_level,
+        compression_level=_lz4_hc_level(frame, level),
         block_size=frame.BLOCKSIZE_MAX64KB,
         block_linked=False,
         content_checksum=False,
@@ -237,6 +234,30 @@ def lz4_compress(data: BytesLike, level: int | None = None) -> bytes:
         store_size=False,
     )
     return compressed
+
+
+def lz4_compressor(level: int | None = None) -> Any:
+    """A streaming compressor (``lz4.frame.LZ4FrameCompressor``) of the frame
+    :func:`lz4_compress` makes: its blocks are independent, so ``begin()``, then ``compress()``
+    of the data in pieces, then ``flush()`` give the same bytes as one call over the whole."""
+    frame = _import(CompressionType.LZ4)
+    return frame.LZ4FrameCompressor(
+        block_size=frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        compression_level=_lz4_hc_level(frame, level),
+        content_checksum=False,
+        block_checksum=False,
+        auto_flush=False,
+    )
+
+
+def _lz4_hc_level(frame: Any, level: int | None) -> int:
+    """lz4.frame's level for Kafka's: 0 (the fast compressor) for the default, else clamped
+    into lz4.frame's high-compression band."""
+    if level is None or level == _LZ4_DEFAULT:
+        return 0
+    hc_level: int = min(max(level, frame.COMPRESSIONLEVEL_MINHC), frame.COMPRESSIONLEVEL_MAX)
+    return hc_level
 
 
 def lz4_decompress(data: BytesLike) -> bytes:

@@ -5,15 +5,16 @@ batches hold, and everything comes back."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 
 import pytest
 
 from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.batch import ProducerBatch
-from aioaccum._core.chunks import largest_chunk_for
+from aioaccum._core.chunks import compress_chunks, largest_chunk_for, scatter
 from aioaccum._core.cluster import StaticCluster, TopicPartition
-from aioaccum._core.codecs import CompressionType
+from aioaccum._core.codecs import CompressionType, lz4_compress, lz4_decompress
 from aioaccum._core.futures import FutureRecordMetadata, RecordFuture
 from aioaccum._core.records import estimate_size_in_bytes_upper_bound
 from aioaccum._runtime.pool import BufferPool
@@ -273,3 +274,39 @@ def test_compressed_batches_of_falling_sizes_on_one_thread_read_back_whole() -> 
         acc.deallocate(batch)
         books(acc, pool)
     assert pool.statistics().allocated == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "room"),
+    [("text", 50_000), ("random", 50_000), ("random", 0)],
+)
+def test_lz4_compressed_in_place_is_the_frame_one_call_makes(kind: str, room: int) -> None:
+    # LZ4 is compressed chunk by chunk and written back behind what was read. Random bytes
+    # grow by the frame's headers, so output overtakes input; with no room to spare, the last
+    # bytes come back as the tail part.
+    rng = random.Random(11)
+    section = (
+        rng.randbytes(150_000) if kind == "random" else b"".join(
+            b"record %d of a text that repeats; " % i for i in range(5_000))[:150_000]
+    )
+    header = bytes(range(61))
+    stream = header + section
+    sizes = [2048, 2048, 4096, 8192, 16384, 32768]
+    while sum(sizes) < len(stream) + room:
+        sizes.append(65536)
+    sizes[-1] -= sum(sizes) - (len(stream) + room)
+    chunks = [bytearray(n) for n in sizes]
+    assert scatter(chunks, 0, stream) == 0
+    size, tail, ratio = compress_chunks(CompressionType.LZ4, None, chunks, len(stream))
+    expected = lz4_compress(section)
+    assert size == len(header) + len(expected)
+    assert ratio == len(expected) / len(section)
+    laid = b"".join(chunks)
+    assert laid[: len(header)] == header
+    if room:
+        assert tail is None
+        assert laid[len(header) : size] == expected
+    else:
+        assert tail is not None
+        assert laid[len(header) :] + tail == expected
+    assert lz4_decompress(expected) == section
