@@ -16,6 +16,7 @@ install can run both (as CI does).
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -81,11 +82,15 @@ def compiled_sources() -> list[Extension]:
     ]
 
 
+# Both steps run on every core: translating to C and compiling the C.
+JOBS = os.cpu_count() or 1
+
 setup(
     ext_modules=[
-        *cythonize(extensions(), compiler_directives=DIRECTIVES),
-        *cythonize(compiled_sources(), compiler_directives=SOURCE_DIRECTIVES),
+        *cythonize(extensions(), compiler_directives=DIRECTIVES, nthreads=JOBS),
+        *cythonize(compiled_sources(), compiler_directives=SOURCE_DIRECTIVES, nthreads=JOBS),
     ],
+    options={"build_ext": {"parallel": JOBS}},
     # The generated C is rebuilt from the .pyx by every build: wheels need not carry it.
     exclude_package_data={"": ["*.c"]},
 )
