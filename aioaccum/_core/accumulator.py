@@ -49,6 +49,7 @@ from time import sleep
 from typing import TYPE_CHECKING, Protocol
 
 from aioaccum._core.batch import FinalState, ProducerBatch, RunSink, abort_quietly, append_moved
+from aioaccum._core.chunks import opening_chunk_size
 from aioaccum._core.cluster import ClusterView, TopicPartition
 from aioaccum._core.codecs import CompressionRatioEstimator, CompressionType
 from aioaccum._core.futures import CallbackLoop, RecordFuture
@@ -95,6 +96,9 @@ class BufferSupplier(Protocol):
 
     @property
     def poolable_size(self) -> int: ...
+
+    @property
+    def total_memory(self) -> int: ...
 
     @property
     def lock(self) -> Lock: ...
@@ -185,17 +189,14 @@ class RecordAccumulator:
         # Bound once: a bound method per batch is one more object for the collector to visit.
         self._chunk_source, self._chunk_sink = pool.allocate_nowait, pool.deallocate
         self._chunk_size = chunk_size
-        # What a new batch takes from the pool at least (the first record may need more).
-        self._open_size = chunk_size or batch_size
+        self._open_size = chunk_size or batch_size  # a new batch's least (its record may need more)
         self._clock = clock
         # The pool's lock guards the batches too: threads append while the loop drains, and an
         # append that opens a batch takes memory from the pool in the same step.
         self._lock = pool.lock
-        self._acquire = self._lock.acquire
-        self._release = self._lock.release
+        self._acquire, self._release = self._lock.acquire, self._lock.release
         self._partitioner = partitioner or BuiltInPartitioner(batch_size)
-        # A custom partitioner decides every keyless record itself, so loads would go unread
-        # (Kafka turns adaptive partitioning off with one too).
+        # A custom partitioner decides every keyless record, so loads would go unread (Kafka too).
         self._adaptive = self._partitioner.adaptive and custom_partitioner is None
         self._availability_timeout = availability_timeout if self._adaptive else 0.0
         # Per node, when ready() last found data for it and when drain() was last asked for it
@@ -349,9 +350,11 @@ class RecordAccumulator:
             if granted is not None:
                 buffer = granted[1]
             else:
-                # record_size bounds a batch of this record alone, as Java's
-                # estimateBatchSizeUpperBound does: the first record always fits.
+                # record_size bounds a batch of this record alone (Java's
+                # estimateBatchSizeUpperBound); above a chunk, a doubled size the pool keeps.
                 size = max(self._open_size, record_size)
+                if size > self._open_size and self._chunk_size:
+                    size = opening_chunk_size(self._chunk_size, size, self._pool.total_memory)
                 got = self._pool.allocate_nowait(size)
                 if got is None:
                     return BufferRequest(chosen, size, sticky)
@@ -591,8 +594,7 @@ class RecordAccumulator:
 
         Only topics with data now, or with data at the last measure (their table goes back to
         empty, a uniform draw), are handed over: the work follows the partitions with data,
-        not the number of topics the partitioner knows.
-        """
+        not the number of topics the partitioner knows."""
         topics = self._partitioner.measured_topics()
         if not topics:
             return
@@ -669,8 +671,7 @@ class RecordAccumulator:
 
         Stamped batches go back in sequence order (Kafka's ``insertInSequenceOrder``): when
         several in-flight batches of a partition fail together, they are re-sent in the order the
-        broker expects.
-        """
+        broker expects."""
         with self._lock:
             batch.reenqueued(now, backoff)
             self._insert_in_sequence_order(batch)
@@ -693,8 +694,7 @@ class RecordAccumulator:
         """After a producer id reset: give queued stamped batches new sequences, in order.
 
         Call only with no request in flight, so every unfinished batch is in a queue.
-        Returns the number of batches re-stamped.
-        """
+        Returns the number of batches re-stamped."""
         with self._lock:
             if self._txn is None:
                 return 0

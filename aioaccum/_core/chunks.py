@@ -55,6 +55,7 @@ __all__ = [
     "joined",
     "largest_chunk_for",
     "next_chunk_size",
+    "opening_chunk_size",
     "parts",
     "scatter",
     "trim",
@@ -76,6 +77,13 @@ batch, few enough that per-chunk costs vanish beside the records' bytes, small e
 unused tail of a batch's last chunk stays a small part of ``buffer_memory``."""
 
 _HEADER_SIZE = 61  # records.RECORD_BATCH_OVERHEAD, which imports this module
+
+_LZ4_STREAM_ABOVE = 64 * 1024
+"""LZ4 sections up to one frame block are copied and compressed in one call, larger ones are
+streamed over the chunks (:func:`_lz4_in_place`). Streaming pays off only across blocks: within
+one, the compressor buffers the pieces (a copy anyway) and each call reserves a block's worth of
+output. Measured on a 16 KiB batch of four chunks: 24 µs streamed against 17 µs copied and
+compressed at once; at 256 KiB, 203 against 441 µs."""
 
 MIN_CHUNK_SIZE = 64
 """The first chunk holds the whole 61-byte batch header (the CRC is written into it)."""
@@ -119,6 +127,16 @@ def next_chunk_size(chunk_size: int, capacity: int, short: int) -> int:
     while size < short and size < largest:
         size *= 2
     return size if size >= short else short
+
+
+def opening_chunk_size(chunk_size: int, record_size: int, total_memory: int) -> int:
+    """The first chunk of a batch whose first record (``record_size`` bounds the batch of it
+    alone) outgrows ``chunk_size``: the smallest doubled size that holds it, which the pool keeps
+    on a free list, unless that exceeds ``total_memory``. At the record's own size, an odd one,
+    it was a fresh buffer per batch, and the pool gave up kept chunks to find its bytes (4 KB
+    records at 16 KiB batches: a 4092-byte buffer per batch, a fifth of each record's cost)."""
+    size = next_chunk_size(chunk_size, 0, record_size)
+    return size if size <= total_memory else record_size
 
 
 def parts(chunks: list[bytearray], size: int) -> list[memoryview]:
@@ -265,7 +283,11 @@ def compress_chunks(
         section grows by the codec's framing; ``None`` when all fit), and the ratio achieved.
     """
     batch_parts = parts(chunks, end)
-    if len(batch_parts) > 1 and compression is CompressionType.LZ4:
+    if (
+        len(batch_parts) > 1
+        and compression is CompressionType.LZ4
+        and end - _HEADER_SIZE > _LZ4_STREAM_ABOVE
+    ):
         return _lz4_in_place(level, batch_parts, chunks, end)
     section = (
         batch_parts[0][_HEADER_SIZE:]

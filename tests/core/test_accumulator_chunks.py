@@ -12,7 +12,7 @@ import pytest
 
 from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
 from aioaccum._core.batch import ProducerBatch
-from aioaccum._core.chunks import compress_chunks, largest_chunk_for, scatter
+from aioaccum._core.chunks import compress_chunks, largest_chunk_for, opening_chunk_size, scatter
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._core.codecs import CompressionType, lz4_compress, lz4_decompress
 from aioaccum._core.futures import FutureRecordMetadata, RecordFuture
@@ -310,3 +310,61 @@ def test_lz4_compressed_in_place_is_the_frame_one_call_makes(kind: str, room: in
         assert tail is not None
         assert laid[len(header) :] + tail == expected
     assert lz4_decompress(expected) == section
+
+
+@pytest.mark.parametrize(("kind", "room"), [("text", 2_000), ("random", 0)])
+def test_lz4_section_within_one_block_spanning_chunks_is_compressed_at_once(
+    kind: str, room: int
+) -> None:
+    # Up to one 64 KiB frame block the section is gathered and compressed in one call: the
+    # same frame, written back over the chunks, the overflow of random bytes as the tail.
+    rng = random.Random(12)
+    section = (
+        rng.randbytes(16_000) if kind == "random" else b"text that repeats itself " * 640
+    )
+    header = bytes(range(61, 0, -1))
+    stream = header + section
+    sizes = [2048, 2048, 4096]
+    sizes.append(len(stream) + room - sum(sizes))
+    chunks = [bytearray(n) for n in sizes]
+    assert scatter(chunks, 0, stream) == 0
+    size, tail, ratio = compress_chunks(CompressionType.LZ4, None, chunks, len(stream))
+    expected = lz4_compress(section)
+    assert size == len(header) + len(expected)
+    assert ratio == len(expected) / len(section)
+    laid = b"".join(chunks)
+    assert laid[: len(header)] == header
+    if len(expected) <= len(section) + room:
+        assert tail is None
+        assert laid[len(header) : size] == expected
+    else:
+        assert tail is not None
+        assert laid[len(header) :] + tail == expected
+    assert lz4_decompress(expected) == section
+
+
+def test_a_first_record_above_a_chunk_opens_the_batch_with_a_kept_doubled_size() -> None:
+    # A 1000-byte record bounds a batch of ~1070 bytes: the batch opens with a 2048-byte chunk
+    # (256 doubled three times), which the pool keeps and hands to the next such batch, rather
+    # than a fresh buffer of the record's odd size per batch.
+    acc, pool = make(memory=64 * CHUNK)
+    value = b"v" * 1000
+    seen = []
+    for round_ in range(3):
+        got = put(acc, round_ % PARTITIONS, value)
+        assert isinstance(got, FutureRecordMetadata)
+        (batch,) = drain_all(acc)
+        assert [len(c) for c in batch.builder.chunks] == [8 * CHUNK]
+        seen.append(batch.builder.chunks[0])
+        books(acc, pool)
+        batch.complete(0, -1)
+        acc.deallocate(batch)
+        assert pool.statistics().free_sized == 8 * CHUNK
+    assert seen[0] is seen[1] is seen[2]
+
+
+def test_opening_chunk_size_stays_within_the_pool() -> None:
+    assert opening_chunk_size(2048, 4092, 32 << 20) == 4096
+    assert opening_chunk_size(2048, 9000, 32 << 20) == 16384
+    assert opening_chunk_size(2048, 9000, 10_000) == 9000  # 16 KiB would not fit the pool
+    assert opening_chunk_size(2048, 100_000, 32 << 20) == 100_000  # above the largest kept
