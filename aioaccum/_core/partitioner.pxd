@@ -25,6 +25,9 @@ cdef class BuiltInPartitioner:
         self, str topic, partition, Py_ssize_t appended_bytes, bint enable_switch=*
     )
 
+    @cython.locals(state=_TopicState)
+    cpdef bint on_new_batch(self, str topic, partition) except -1
+
 
 cpdef object partition_for(
     str topic, partition, key_bytes, value_bytes, partitions, cluster, partitioner,

@@ -328,6 +328,28 @@ class BuiltInPartitioner:
 
     on_append = update_partition_info
 
+    def on_new_batch(self, topic: str, partition: int) -> bool:
+        """A keyless record for ``partition``, the sticky one of ``topic``, did not fit its last
+        batch: end the stickiness if the partition has had half a sticky batch or more since it
+        was drawn, so that the record opens its batch on the next partition.
+
+        Counting bytes alone (KIP-794) switches just after a record that did not fit opened a
+        batch here: records whose size does not divide ``batch_size`` left a batch of one
+        record behind at each switch. Below half a batch the partition keeps the record (a
+        drawn partition whose last batch was nearly full from its previous turn).
+
+        Returns:
+            Whether the stickiness ended; the next :meth:`partition` draws anew.
+        """
+        state = self._topics.get(topic)
+        if state is None or state.partition != partition:
+            return False
+        if 2 * state.produced < self._sticky_batch_size:
+            return False
+        state.partition = None
+        state.produced = 0
+        return True
+
     def update_partition_load_stats(
         self,
         topic: str,

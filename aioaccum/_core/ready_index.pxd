@@ -36,9 +36,10 @@ cdef class ReadyIndex:
 
     @cython.locals(
         taken=list, size=Py_ssize_t, first=ProducerBatch, dq=object, rotation=object,
-        queued=dict, batches=dict,
+        queued=dict, batches=dict, sendable=dict,
     )
-    cpdef list drain_node(self, cluster, node, Py_ssize_t max_size, double now, txn)
+    cpdef list drain_node(self, cluster, node, Py_ssize_t max_size, double now, txn,
+                          filling=*)
 
     @cython.locals(
         dq=object, head=ProducerBatch, leader=object, lingered=cython.double,

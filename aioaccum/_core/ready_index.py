@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import heapq
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aioaccum._core.batch import ProducerBatch
@@ -248,20 +249,33 @@ class ReadyIndex:
         max_size: int,
         now: float,
         txn: TransactionManager | None,
+        filling: Callable[[str], int | None] | None = None,
     ) -> list[ProducerBatch]:
         """Take the first batch of each drainable partition of ``node`` in rotation order,
-        within ``max_size`` bytes (the first batch always goes)."""
+        within ``max_size`` bytes (the first batch always goes).
+
+        ``filling`` gives a topic's sticky partition (the one keyless records are filling):
+        that partition's batch is left to fill unless it may go by itself (full, lingered, one
+        behind it). Kafka takes it along with the rest of the node; but a turn of the sender
+        comes just after a batch fills, when the sticky partitioner has opened the next with
+        one record, and half the time on the same node: 4 KB records in 16 KiB batches went
+        out at 3.1 a batch rather than 4, and 1 KB ones at 11.8 rather than 16. Pass ``None``
+        when every batch should go (memory short, a flush, a close)."""
         rotation = self._rotations.get(node)
         if not rotation:
             return []
         queued = self._queued
         batches = self._batches
+        sendable = self._sendable
         taken: list[ProducerBatch] = []
         size = 0
         # Only the entries there now: a partition put back at the end waits for the next drain.
         for _ in range(len(rotation)):
             tp, generation = rotation.popleft()
             if queued.get(tp, -1) != generation:
+                continue
+            if filling is not None and tp not in sendable and filling(tp.topic) == tp.partition:
+                rotation.append((tp, generation))
                 continue
             dq = batches[tp]
             first = dq[0]
