@@ -402,8 +402,7 @@ class Producer:
         """Raise instead of deadlocking when the sender's own tasks would wait for the sender.
 
         Code in the network adapter runs in those tasks; a task it starts is not one of them
-        (it carries the context, but the sender does not own it) and may wait.
-        """
+        (it carries the context, but the sender does not own it) and may wait."""
         if _SENDER_OF.get() is not self:
             return
         task = asyncio.current_task()
@@ -499,15 +498,14 @@ class Producer:
             # them skip Python's call protocol.
             acc = self._acc
             assert acc is not None  # set by start(), which made _parts
-            if acc.batches_created != self._batches_seen:
+            if acc.batches_created - self._batches_seen >= acc.batches_per_turn:
                 # A caller that never has to wait for memory never suspends, and the sender
-                # would not run until the pool is full. Once per new batch, yield to it if its
-                # turn is due (a batch filled, or a linger ended): a cost shared by a batch's
-                # worth of records, and with records spread over many partitions, by every
-                # batch opened within one linger. The yield comes before the next append, not
-                # after the one that opened the batch: a send() cancelled here has buffered
-                # nothing, so a send() that raises never delivers and one that returns always
-                # does.
+                # would not run until the pool is full. Every few new batches (a turn's worth,
+                # see TURN_BYTES), yield to it if its turn is due (a batch filled, a linger
+                # ended): a cost shared by those batches' records. The yield comes before the
+                # next append, not after the one that opened the batch: a send() cancelled here
+                # has buffered nothing, so a send() that raises never delivers and one that
+                # returns always does.
                 self._batches_seen = acc.batches_created
                 sender = self._sender
                 assert sender is not None  # set by start(), with _acc

@@ -30,6 +30,7 @@ cdef class RecordAccumulator:
     cdef public dict _tps
     cdef public bint threaded
     cdef public long long batches_created
+    cdef public long long batches_per_turn
     cdef public object fatal_error
     cdef public object _txn
     cdef public Py_ssize_t _batch_size

@@ -167,7 +167,10 @@ class RecordAccumulator:
         """Whether threads append too: then every append holds the lock. Set once, from the
         loop's thread, by :meth:`enable_threads`."""
         self.batches_created = 0
-        """New batches opened so far: the producer yields to the sender once per new batch."""
+        """New batches opened so far: the producer yields to the sender once per
+        :attr:`batches_per_turn` of them, when its turn is due."""
+        self.batches_per_turn = 1
+        """Set by the wiring from ``batch_size`` (see the sender's ``TURN_BYTES``)."""
         self.fatal_error: BaseException | None = None
         """Set by the sender when it stopped on an error: appends are refused from then on."""
         self._txn = transaction_manager

@@ -229,7 +229,7 @@ async def _send_rows(
                 future.add_done_callback(outcome.sink_for(position), context=context)
                 position += 1
                 accepted += 1
-                if acc.batches_created != producer._batches_seen:
+                if acc.batches_created - producer._batches_seen >= acc.batches_per_turn:
                     producer._batches_seen = acc.batches_created
                     if sender.wants_turn():
                         await asyncio.sleep(0)  # as in send(): the sender's turn is due

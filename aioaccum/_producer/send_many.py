@@ -238,7 +238,7 @@ async def send_many(
                 future = cast(FutureRecordMetadata, appended)
             outcome.track(accepted, future)
             accepted += 1
-            if acc.batches_created != producer._batches_seen:
+            if acc.batches_created - producer._batches_seen >= acc.batches_per_turn:
                 producer._batches_seen = acc.batches_created
                 if sender.wants_turn():
                     await asyncio.sleep(0)  # as in send(): the sender's turn is due

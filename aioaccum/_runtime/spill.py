@@ -194,11 +194,11 @@ class Spill:
         self.spilled += 1
         acc.spilling = True
         if not for_thread and self.spilled % LOADS_PER_TURN == 0:
-            # send() yields to the loop once per new batch when the sender's turn is due; a
-            # record that spills makes no batch, so a caller sending flat out would starve the
-            # catch-up and the sender. Every LOADS_PER_TURN spilled records count as a batch
-            # for that, with the sender woken so that its turn is due.
-            acc.batches_created += 1
+            # send() yields to the loop once per batches_per_turn new batches when the sender's
+            # turn is due; a record that spills makes no batch, so a caller sending flat out
+            # would starve the catch-up and the sender. Every LOADS_PER_TURN spilled records
+            # count as a turn's batches for that, with the sender woken so that its turn is due.
+            acc.batches_created += acc.batches_per_turn
             acc._wakeup()
         if idle:
             if for_thread:

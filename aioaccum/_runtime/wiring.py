@@ -21,7 +21,7 @@ from aioaccum._core.sender_core import SenderCore
 from aioaccum._kafka.adapter import KafkaAdapter
 from aioaccum._runtime.journaling import JournaledAccumulator, open_journal
 from aioaccum._runtime.pool import BufferPool
-from aioaccum._runtime.sender import Sender
+from aioaccum._runtime.sender import TURN_BYTES, Sender
 from aioaccum.config.producer_config import ProducerConfig
 
 __all__ = ["Machinery", "build_machinery"]
@@ -74,6 +74,8 @@ def build_machinery(
         availability_timeout=cfg.partitioner_availability_timeout_ms / 1000,
         chunk_size=chunk_size,
     )
+    # Within an eighth of the pool, so that a small pool still sees its turns.
+    acc.batches_per_turn = max(1, min(TURN_BYTES, cfg.buffer_memory // 8) // cfg.batch_size)
     core = SenderCore(
         acc,
         max_request_size=cfg.max_request_size,
