@@ -9,6 +9,7 @@ import pytest
 from aioaccum import Producer
 from aioaccum._core.cluster import StaticCluster, TopicPartition
 from aioaccum._runtime.sender import TURN_BYTES
+
 from .fake_kafka import FakeKafka
 
 TOPIC = "t"
