@@ -276,25 +276,11 @@ def test_compressed_batches_of_falling_sizes_on_one_thread_read_back_whole() -> 
     assert pool.statistics().allocated == 0
 
 
-@pytest.mark.parametrize(
-    ("kind", "room"),
-    [("text", 50_000), ("random", 50_000), ("random", 0)],
-)
-def test_lz4_compressed_in_place_is_the_frame_one_call_makes(kind: str, room: int) -> None:
-    # LZ4 is compressed chunk by chunk and written back behind what was read. Random bytes
-    # grow by the frame's headers, so output overtakes input; with no room to spare, the last
-    # bytes come back as the tail part.
-    rng = random.Random(11)
-    section = (
-        rng.randbytes(150_000) if kind == "random" else b"".join(
-            b"record %d of a text that repeats; " % i for i in range(5_000))[:150_000]
-    )
+def assert_lz4_laid_over(section: bytes, sizes: list[int]) -> None:
+    """compress_chunks over chunks of ``sizes`` holding a batch header and ``section``: the frame
+    one call makes, behind the header, and what the chunks cannot hold as the tail part."""
     header = bytes(range(61))
     stream = header + section
-    sizes = [2048, 2048, 4096, 8192, 16384, 32768]
-    while sum(sizes) < len(stream) + room:
-        sizes.append(65536)
-    sizes[-1] -= sum(sizes) - (len(stream) + room)
     chunks = [bytearray(n) for n in sizes]
     assert scatter(chunks, 0, stream) == 0
     size, tail, ratio = compress_chunks(CompressionType.LZ4, None, chunks, len(stream))
@@ -303,13 +289,33 @@ def test_lz4_compressed_in_place_is_the_frame_one_call_makes(kind: str, room: in
     assert ratio == len(expected) / len(section)
     laid = b"".join(chunks)
     assert laid[: len(header)] == header
-    if room:
+    if size <= sum(sizes):
         assert tail is None
         assert laid[len(header) : size] == expected
     else:
         assert tail is not None
         assert laid[len(header) :] + tail == expected
     assert lz4_decompress(expected) == section
+
+
+@pytest.mark.parametrize(
+    ("kind", "room"),
+    [("text", 50_000), ("random", 50_000), ("random", 0)],
+)
+def test_lz4_compressed_in_place_is_the_frame_one_call_makes(kind: str, room: int) -> None:
+    # Above one 64 KiB block, LZ4 is compressed chunk by chunk and written back behind what
+    # was read. Random bytes grow by the frame's headers, so output overtakes input; with no
+    # room to spare, the last bytes come back as the tail part.
+    rng = random.Random(11)
+    section = (
+        rng.randbytes(150_000) if kind == "random" else b"".join(
+            b"record %d of a text that repeats; " % i for i in range(5_000))[:150_000]
+    )
+    sizes = [2048, 2048, 4096, 8192, 16384, 32768]
+    while sum(sizes) < 61 + len(section) + room:
+        sizes.append(65536)
+    sizes[-1] -= sum(sizes) - (61 + len(section) + room)
+    assert_lz4_laid_over(section, sizes)
 
 
 @pytest.mark.parametrize(("kind", "room"), [("text", 2_000), ("random", 0)])
@@ -322,25 +328,8 @@ def test_lz4_section_within_one_block_spanning_chunks_is_compressed_at_once(
     section = (
         rng.randbytes(16_000) if kind == "random" else b"text that repeats itself " * 640
     )
-    header = bytes(range(61, 0, -1))
-    stream = header + section
     sizes = [2048, 2048, 4096]
-    sizes.append(len(stream) + room - sum(sizes))
-    chunks = [bytearray(n) for n in sizes]
-    assert scatter(chunks, 0, stream) == 0
-    size, tail, ratio = compress_chunks(CompressionType.LZ4, None, chunks, len(stream))
-    expected = lz4_compress(section)
-    assert size == len(header) + len(expected)
-    assert ratio == len(expected) / len(section)
-    laid = b"".join(chunks)
-    assert laid[: len(header)] == header
-    if len(expected) <= len(section) + room:
-        assert tail is None
-        assert laid[len(header) : size] == expected
-    else:
-        assert tail is not None
-        assert laid[len(header) :] + tail == expected
-    assert lz4_decompress(expected) == section
+    assert_lz4_laid_over(section, [*sizes, 61 + len(section) + room - sum(sizes)])
 
 
 def test_a_first_record_above_a_chunk_opens_the_batch_with_a_kept_doubled_size() -> None:
