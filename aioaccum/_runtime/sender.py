@@ -41,8 +41,8 @@ from aioaccum.errors import AioAccumError
 __all__ = ["TURN_BYTES", "Sender"]
 
 TURN_BYTES = 64 * 1024
-"""How many bytes of new batches (in ``batch_size`` units, one batch at least, and within an
-eighth of ``buffer_memory``) a caller that never suspends appends between the sender's turns,
+"""How many bytes of new batches (in ``batch_size`` units, one batch at least, and within a
+sixteenth of ``buffer_memory``) a caller that never suspends appends between the sender's turns,
 when one is due (the accumulator's ``batches_per_turn``). A turn per batch made each request
 carry a batch or two: with 16 KiB batches a turn every 4 records of 4 KB or 16 of 1 KB, and
 the turns' own cost (the ready check, a request and its answer per node) took a third of the

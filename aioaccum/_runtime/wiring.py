@@ -74,8 +74,8 @@ def build_machinery(
         availability_timeout=cfg.partitioner_availability_timeout_ms / 1000,
         chunk_size=chunk_size,
     )
-    # Within an eighth of the pool, so that a small pool still sees its turns.
-    acc.batches_per_turn = max(1, min(TURN_BYTES, cfg.buffer_memory // 8) // cfg.batch_size)
+    # Within a sixteenth of the pool: a small pool needs the sender's turns to free its memory.
+    acc.batches_per_turn = max(1, min(TURN_BYTES, cfg.buffer_memory // 16) // cfg.batch_size)
     core = SenderCore(
         acc,
         max_request_size=cfg.max_request_size,

@@ -1,5 +1,5 @@
 """How often a caller that never suspends lets the sender run: once per ``batches_per_turn`` new
-batches (a turn's worth of bytes, within an eighth of the pool), so that each request carries
+batches (a turn's worth of bytes, within a sixteenth of the pool), so that each request carries
 the batches that filled meanwhile rather than one each."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ TOPIC = "t"
         (16 * 1024, 32 << 20, TURN_BYTES // (16 * 1024)),
         (64 * 1024, 32 << 20, 1),
         (1 << 20, 32 << 20, 1),
-        (1024, 16 * 1024, 2),  # an eighth of a small pool: 2 KiB
+        (1024, 64 * 1024, 4),  # a sixteenth of a small pool: 4 KiB
+        (1024, 16 * 1024, 1),
     ],
 )
 async def test_batches_per_turn_follows_batch_size_within_the_pool(
