@@ -260,7 +260,7 @@ class ReadyIndex:
         comes just after a batch fills, when the sticky partitioner has opened the next with
         one record, and half the time on the same node: 4 KB records in 16 KiB batches went
         out at 3.1 a batch rather than 4, and 1 KB ones at 11.8 rather than 16. Pass ``None``
-        when every batch should go (memory short, a flush, a close)."""
+        when every batch should go (a flush, a close)."""
         rotation = self._rotations.get(node)
         if not rotation:
             return []
