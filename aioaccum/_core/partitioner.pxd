@@ -28,6 +28,10 @@ cdef class BuiltInPartitioner:
     @cython.locals(state=_TopicState)
     cpdef bint on_new_batch(self, str topic, partition) except -1
 
+    @cython.locals(top=cython.longlong, total=cython.longlong,
+                   pick=cython.longlong, load=cython.longlong)
+    cdef object _next_partition(self, str topic, _TopicState state, cluster)
+
 
 cpdef object partition_for(
     str topic, partition, key_bytes, value_bytes, partitions, cluster, partitioner,

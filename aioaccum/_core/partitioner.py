@@ -35,8 +35,6 @@ same draw from the same distribution.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import random
 import struct
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -427,15 +425,30 @@ class BuiltInPartitioner:
             if rack is not None:
                 available = _in_rack(topic, state, available, rack, cluster) or available
             return available[self._rng.randrange(len(available))]
-        candidates = [p for p in available if p not in state.excluded] or list(available)
+        excluded = state.excluded
+        candidates = [p for p in available if p not in excluded] if excluded else available
+        if not candidates:
+            candidates = available
         if rack is not None:
             in_rack = set(_in_rack(topic, state, available, rack, cluster))
             candidates = [p for p in candidates if p in in_rack] or candidates
-        loads = [sizes.get(p, 0) for p in candidates]
-        top = max(loads) + 1
-        cumulative = list(itertools.accumulate(top - load for load in loads))
-        pick = self._rng.randrange(cumulative[-1])
-        return candidates[bisect.bisect_right(cumulative, pick)]
+        # Each candidate weighs how much shorter its queue is than the longest, plus one. Plain
+        # loops: this draw comes once per batch on a keyless topic.
+        top = 0
+        for p in candidates:
+            load = sizes.get(p, 0)
+            if load > top:
+                top = load
+        top += 1
+        total = 0
+        for p in candidates:
+            total += top - sizes.get(p, 0)
+        pick = self._rng.randrange(total)
+        for p in candidates:
+            pick -= top - sizes.get(p, 0)
+            if pick < 0:
+                return p
+        return candidates[-1]
 
 
 def _in_rack(
