@@ -28,6 +28,12 @@ Theory of operation
   requests fail in ``connection_lost``, which comes after. A caller that gives up on a request
   (:meth:`ProduceRequest.cancel`) while the transport is paused aborts the connection before it
   returns, so its buffers are never read again once the caller hands them back to the pool.
+* **A write thread.** On a plaintext connection of the compiled path, every request (produce
+  or not) goes to the producer's write thread (:mod:`aioaccum._kafka.write_thread`) instead of
+  the transport, in the same order; "the transport holds bytes" above then reads "the transport
+  or the thread holds bytes": :meth:`ProduceConnection.close` detaches the connection from the
+  thread (which drops its queued requests and waits out the one being written) before it aborts
+  the transport, and an ``acks=0`` request completes when the thread reports it written.
 * **Several buffers per batch.** A batch is a list of buffers (its pooled chunks, the header
   first); its size in the request is the sum of theirs, and each goes to ``writelines`` as it
   is.
@@ -45,6 +51,7 @@ import collections
 import contextlib
 import functools
 import logging
+import os
 import random
 import socket
 import ssl
@@ -65,6 +72,7 @@ from aioaccum._kafka.produce import (
     read_answers,
     request_parts,
 )
+from aioaccum._kafka.write_thread import WriteSlot, WriteThread
 from aioaccum.errors import AioAccumError
 
 __all__ = [
@@ -220,7 +228,7 @@ class ProduceRequest(_Pending):
         the buffers may go back to the pool."""
         self.done = None
         conn = self.conn
-        if conn is not None and conn._paused and conn.usable:
+        if conn is not None and conn.holding_buffers and conn.usable:
             conn.close()
 
     async def released(self) -> None:
@@ -241,9 +249,13 @@ def _lost_error(where: str, possibly_written: bool, cause: BaseException | None)
 class ProduceConnection(asyncio.Protocol):
     """One connection to one broker for produce requests (see the module)."""
 
-    def __init__(self, where: str, settings: ConnectionSettings) -> None:
+    def __init__(
+        self, where: str, settings: ConnectionSettings, writer: WriteThread | None = None
+    ) -> None:
         self.where = where
         self._settings = settings
+        self._writer = writer
+        self._slot: WriteSlot | None = None
         self._loop = asyncio.get_running_loop()
         self._client_id = settings.client_id.encode()
         self._transport: asyncio.Transport | None = None
@@ -274,15 +286,39 @@ class ProduceConnection(asyncio.Protocol):
         self._transport = transport = cast(asyncio.Transport, transport)
         # (0, 0): paused whenever a byte is queued, resumed once the queue is empty.
         transport.set_write_buffer_limits(0, 0)
+        writer = self._writer
+        if writer is not None and transport.get_extra_info("sslcontext") is None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                slot = self._slot = writer.attach(sock.fileno())
+                if slot is not None:
+                    slot.owner_conn = self
 
     def pause_writing(self) -> None:
         self._paused = True
 
     def resume_writing(self) -> None:
         self._paused = False
+        self._finish_unflushed()
+
+    def _finish_unflushed(self) -> None:
+        if self.holding_buffers or not self._unflushed:
+            return
         done, self._unflushed = self._unflushed, []
         for request, answers in done:
             request.finish(answers, None)
+
+    def on_writes(self) -> None:
+        """The write thread wrote a request it was asked to report, or stopped on an error."""
+        slot = self._slot
+        if slot is None:
+            return
+        code = slot.error
+        if code and self.usable:
+            cause = OSError(code, os.strerror(code))
+            self.close(_lost_error(self.where, True, cause))
+            return
+        self._finish_unflushed()
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
@@ -306,6 +342,7 @@ class ProduceConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        self._detach()
         if not self._gone.done():
             self._gone.set_result(None)
         self._transport = None
@@ -340,13 +377,28 @@ class ProduceConnection(asyncio.Protocol):
     @property
     def flushed(self) -> bool:
         """Whether the transport holds no bytes of ours (nothing queued)."""
-        return not self._paused
+        return not self.holding_buffers
+
+    @property
+    def holding_buffers(self) -> bool:
+        """Whether the transport or the write thread may still read buffers of ours."""
+        slot = self._slot
+        return self._paused or (slot is not None and slot.busy)
+
+    def _detach(self) -> None:
+        slot = self._slot
+        if slot is not None:
+            self._slot = None
+            slot.detach()
 
     def close(self, error: AioAccumError | None = None) -> None:
         """Abort the connection: its queued bytes are dropped now, and what is in flight fails
         (with ``error``, else a lost connection) in ``connection_lost``."""
         if self._closing is None:
             self._closing = error or _lost_error(self.where, True, None)
+        # Before the abort: once detached, the thread reads none of the buffers of the requests
+        # that connection_lost is about to fail (and their batches to hand back to the pool).
+        self._detach()
         transport = self._transport
         if transport is not None:
             transport.abort()
@@ -363,10 +415,14 @@ class ProduceConnection(asyncio.Protocol):
         self._correlation = cid = (self._correlation + 1) & 0x7FFFFFFF
         return cid
 
-    def _write(self, parts: list[bytes | memoryview]) -> None:
-        transport = self._transport
-        assert transport is not None
-        transport.writelines(parts)
+    def _write(self, parts: list[bytes | memoryview], notify: bool = False) -> None:
+        slot = self._slot
+        if slot is not None:
+            slot.submit(parts, notify)
+        else:
+            transport = self._transport
+            assert transport is not None
+            transport.writelines(parts)
         self._last_used = self._loop.time()
 
     def _expect(self, cid: int, entry: _Pending, flexible: bool) -> None:
@@ -459,16 +515,17 @@ class ProduceConnection(asyncio.Protocol):
                 found.append((tp[1], parts))
         cid = self._next_id()
         version = request.version
+        acks0 = request.acks == 0
         self._write(request_parts(
             version, cid, self._client_id, request.transactional_id, request.acks,
             request.timeout_ms, by_topic,
-        ))
-        if request.acks == 0:
-            # No answer comes: done once the transport holds none of the buffers.
+        ), acks0)
+        if acks0:
+            # No answer comes: done once neither the transport nor the thread holds a buffer.
             answers = ProduceAnswers(
                 (tp, PartitionResponse(None, -1, -1)) for tp, _ in request.batches
             )
-            if self._paused:
+            if self.holding_buffers:
                 self._unflushed.append((request, answers))
             else:
                 self._loop.call_soon(request.finish, answers, None)
@@ -666,7 +723,7 @@ def _retrieve(task: asyncio.Task[None]) -> None:
 
 
 async def open_connection(
-    host: str, port: int, settings: ConnectionSettings
+    host: str, port: int, settings: ConnectionSettings, writer: WriteThread | None = None
 ) -> ProduceConnection:
     """A negotiated (and authenticated) produce connection, within the request timeout.
 
@@ -680,7 +737,7 @@ async def open_connection(
         async with asyncio.timeout(settings.request_timeout):
             ctx = settings.ssl_context
             _, conn = await loop.create_connection(
-                lambda: ProduceConnection(where, settings), host, port,
+                lambda: ProduceConnection(where, settings, writer), host, port,
                 ssl=ctx, server_hostname=host if ctx is not None else None,
             )
             _size_socket(conn, settings.socket_buffers)

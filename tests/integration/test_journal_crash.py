@@ -128,9 +128,13 @@ def _tear_last_entry(folder: Path) -> tuple[int, int | None]:
     payload = bytes(data[last + ENTRY_HEADER.size:pos])
     decoded = entries.decode(kind, payload)
     torn_id = record_id(decoded.value) if isinstance(decoded, entries.Record) else None
+    # The kill may have come after the next entry's payload was copied but before its header
+    # (written last): bytes behind a zero header. A crash in the middle of the last entry's
+    # write has nothing behind it, so those bytes go first; left there, they would make the
+    # torn entry one in the middle of the segment, reported as corrupt.
     with open(newest, "r+b") as f:
         f.seek(pos - 6)
-        f.write(bytes(6))
+        f.write(bytes(len(data) - (pos - 6)))
     return kind, torn_id
 
 

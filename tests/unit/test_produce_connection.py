@@ -14,6 +14,8 @@ from aioaccum._core.cluster import TopicPartition
 from aioaccum._kafka.connection import ConnectionSettings, ProduceConnection, open_connection
 from aioaccum._kafka.connections import ProduceConnections
 from aioaccum._kafka.sasl import Credentials
+from aioaccum._kafka.write_thread import WriteThread, deliver_wakeups, start_write_thread
+from aioaccum._speedups import EXTENSIONS
 from aioaccum.errors import AioAccumError, AuthenticationError, BrokerError
 
 from .fake_broker import FakeBroker
@@ -32,6 +34,27 @@ async def broker() -> AsyncIterator[FakeBroker]:
     await found.close()
 
 
+# Every test also runs with the producer's write thread (compiled path only: the pure-Python
+# path has none), whose connections must keep the same buffer-lifetime rules.
+_writer: WriteThread | None = None
+
+
+@pytest.fixture(autouse=True, params=["transport", "thread"] if EXTENSIONS else ["transport"])
+async def write_mode(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    global _writer
+    writer = start_write_thread() if request.param == "thread" else None
+    loop = asyncio.get_running_loop()
+    if writer is not None:
+        loop.add_reader(writer.read_fd, deliver_wakeups, writer)
+        _writer = writer
+    yield request.param
+    if writer is not None:
+        _writer = None
+        loop.remove_reader(writer.read_fd)
+        writer.close()
+        assert not writer.alive
+
+
 def settings(**overrides: object) -> ConnectionSettings:
     values: dict[str, object] = {"client_id": "test", "request_timeout": 5.0}
     values.update(overrides)
@@ -39,7 +62,10 @@ def settings(**overrides: object) -> ConnectionSettings:
 
 
 async def connect(broker: FakeBroker, **overrides: object) -> ProduceConnection:
-    return await open_connection("127.0.0.1", broker.port, settings(**overrides))
+    conn = await open_connection("127.0.0.1", broker.port, settings(**overrides), _writer)
+    # The thread writes on every plaintext connection it is given.
+    assert (conn._slot is not None) == (_writer is not None)
+    return conn
 
 
 def produce(conn: ProduceConnection, records: bytes | bytearray, *, acks: int = 1,
@@ -102,7 +128,9 @@ async def test_one_timer_times_out_every_request_in_flight(broker: FakeBroker) -
 async def test_a_lost_connection_fails_what_is_in_flight_and_the_next_request_reconnects(
     broker: FakeBroker,
 ) -> None:
-    conns = ProduceConnections(settings(), lambda node: ("127.0.0.1", broker.port))
+    conns = ProduceConnections(
+        settings(), lambda node: ("127.0.0.1", broker.port), write_thread=_writer is not None
+    )
     broker.drop_on_produce = True
     with pytest.raises(BrokerError) as lost:
         await asyncio.wait_for(
@@ -123,7 +151,9 @@ async def test_a_refused_connection_backs_off_and_fails_as_never_written() -> No
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    conns = ProduceConnections(settings(), lambda node: ("127.0.0.1", port))
+    conns = ProduceConnections(
+        settings(), lambda node: ("127.0.0.1", port), write_thread=_writer is not None
+    )
     errors = []
     for _ in range(2):  # refused, then refused at once within the back-off
         with pytest.raises(AioAccumError) as failed:
@@ -227,6 +257,7 @@ async def test_a_request_given_up_while_queued_drops_its_bytes_before_the_caller
     conns = ProduceConnections(
         settings(),
         lambda node: ("127.0.0.1", broker.port),
+        write_thread=_writer is not None,
     )
     records = bytearray(b"A" * _BIG)
     await asyncio.wait_for(
