@@ -262,7 +262,8 @@ class ProduceConnection(asyncio.Protocol):
         self._buffer = bytearray()
         self._pending: collections.deque[_Pending] = collections.deque()
         # acks=0 requests and their answers, until the transport has let go of their buffers.
-        self._unflushed: list[tuple[ProduceRequest, Any]] = []
+        # With the write thread, each with the sequence number of its write.
+        self._unflushed: list[tuple[ProduceRequest, Any, int]] = []
         self._held: list[ProduceRequest] = []
         self._correlation = 0
         self._paused = False
@@ -302,10 +303,20 @@ class ProduceConnection(asyncio.Protocol):
         self._finish_unflushed()
 
     def _finish_unflushed(self) -> None:
-        if self.holding_buffers or not self._unflushed:
+        unflushed = self._unflushed
+        if not unflushed:
             return
-        done, self._unflushed = self._unflushed, []
-        for request, answers in done:
+        slot = self._slot
+        if slot is None:
+            if self._paused:
+                return
+            done, self._unflushed = unflushed, []
+        else:
+            # Those the thread has written, whatever it was given after them.
+            written = slot.written
+            done = [entry for entry in unflushed if entry[2] <= written]
+            self._unflushed = [entry for entry in unflushed if entry[2] > written]
+        for request, answers, _ in done:
             request.finish(answers, None)
 
     def on_writes(self) -> None:
@@ -356,7 +367,7 @@ class ProduceConnection(asyncio.Protocol):
         for entry in pending:
             entry.finish(None, written)
         unflushed, self._unflushed = self._unflushed, []
-        for request, _ in unflushed:
+        for request, _, _ in unflushed:
             request.finish(None, written)
         held, self._held = self._held, []
         for request in held:
@@ -415,15 +426,18 @@ class ProduceConnection(asyncio.Protocol):
         self._correlation = cid = (self._correlation + 1) & 0x7FFFFFFF
         return cid
 
-    def _write(self, parts: list[bytes | memoryview], notify: bool = False) -> None:
+    def _write(self, parts: list[bytes | memoryview], notify: bool = False) -> int:
+        """Write a request; returns the write thread's sequence number for it (0 without)."""
         slot = self._slot
         if slot is not None:
-            slot.submit(parts, notify)
+            seq = slot.submit(parts, notify)
         else:
             transport = self._transport
             assert transport is not None
             transport.writelines(parts)
+            seq = 0
         self._last_used = self._loop.time()
+        return seq
 
     def _expect(self, cid: int, entry: _Pending, flexible: bool) -> None:
         entry.correlation_id = cid
@@ -516,7 +530,7 @@ class ProduceConnection(asyncio.Protocol):
         cid = self._next_id()
         version = request.version
         acks0 = request.acks == 0
-        self._write(request_parts(
+        seq = self._write(request_parts(
             version, cid, self._client_id, request.transactional_id, request.acks,
             request.timeout_ms, by_topic,
         ), acks0)
@@ -525,8 +539,10 @@ class ProduceConnection(asyncio.Protocol):
             answers = ProduceAnswers(
                 (tp, PartitionResponse(None, -1, -1)) for tp, _ in request.batches
             )
-            if self.holding_buffers:
-                self._unflushed.append((request, answers))
+            if self._slot is not None or self.holding_buffers:
+                # With the write thread, always its report: a request it dropped after a failed
+                # write must fail with the connection, not count as written.
+                self._unflushed.append((request, answers, seq))
             else:
                 self._loop.call_soon(request.finish, answers, None)
             return

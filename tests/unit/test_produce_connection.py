@@ -251,6 +251,25 @@ async def test_acks0_completes_only_once_the_transport_has_let_go_of_the_buffer(
     await conn.wait_closed()
 
 
+async def test_an_acks0_request_completes_once_written_with_requests_queued_behind_it(
+    broker: FakeBroker,
+) -> None:
+    conn = await connect(broker)
+    broker.stop_reading()
+    first = produce(conn, bytearray(b"A" * _BIG), acks=0)
+    second = produce(conn, bytearray(b"B" * _BIG), acks=1)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not first.done()
+    broker.resume_reading()
+    # The first completes once its own bytes are out, not when everything queued is.
+    await asyncio.wait_for(first, 10)
+    await asyncio.wait_for(second, 10)
+    assert conn.flushed
+    conn.close()
+    await conn.wait_closed()
+
+
 async def test_a_request_given_up_while_queued_drops_its_bytes_before_the_caller_goes_on(
     broker: FakeBroker,
 ) -> None:
