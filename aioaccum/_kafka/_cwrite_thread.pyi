@@ -3,13 +3,16 @@
 
 from typing import Protocol
 
-__all__ = ["WriteSlot", "WriteThread"]
+__all__ = ["SUPPORTED", "WriteSlot", "WriteThread"]
+
+SUPPORTED: bool
 
 class SlotOwner(Protocol):
     def on_writes(self) -> None: ...
 
 class WriteThread:
     read_fd: int
+    pid: int
     def __init__(self) -> None: ...
     @property
     def alive(self) -> bool: ...
@@ -23,6 +26,8 @@ class WriteSlot:
     def submitted(self) -> int: ...
     @property
     def written(self) -> int: ...
+    @property
+    def sent(self) -> int: ...
     @property
     def busy(self) -> bool: ...
     @property

@@ -29,11 +29,12 @@ Theory of operation
   (:meth:`ProduceRequest.cancel`) while the transport is paused aborts the connection before it
   returns, so its buffers are never read again once the caller hands them back to the pool.
 * **A write thread.** On a plaintext connection of the compiled path, every request (produce
-  or not) goes to the producer's write thread (:mod:`aioaccum._kafka.write_thread`) instead of
-  the transport, in the same order; "the transport holds bytes" above then reads "the transport
-  or the thread holds bytes": :meth:`ProduceConnection.close` detaches the connection from the
-  thread (which drops its queued requests and waits out the one being written) before it aborts
-  the transport, and an ``acks=0`` request completes when the thread reports it written.
+  or not) goes to the connection's own write thread (:mod:`aioaccum._kafka.write_thread`)
+  instead of the transport, in the same order; "the transport holds bytes" above then reads
+  "the transport or the thread holds bytes": :meth:`ProduceConnection.close` detaches the
+  connection from the thread (which drops its queued requests and waits out the one being
+  written) before it aborts the transport, and an ``acks=0`` request completes when the thread
+  reports it written in full.
 * **Several buffers per batch.** A batch is a list of buffers (its pooled chunks, the header
   first); its size in the request is the sum of theirs, and each goes to ``writelines`` as it
   is.
@@ -72,7 +73,12 @@ from aioaccum._kafka.produce import (
     read_answers,
     request_parts,
 )
-from aioaccum._kafka.write_thread import WriteSlot, WriteThread
+from aioaccum._kafka.write_thread import (
+    WriteSlot,
+    WriteThread,
+    deliver_wakeups,
+    start_write_thread,
+)
 from aioaccum.errors import AioAccumError
 
 __all__ = [
@@ -187,7 +193,7 @@ class ProduceRequest(_Pending):
     request's handle."""
 
     __slots__ = ("acks", "batches", "conn", "done", "timeout_ms", "transactional_id", "v12",
-                 "version")
+                 "version", "write_seq")
 
     def __init__(
         self,
@@ -206,6 +212,7 @@ class ProduceRequest(_Pending):
         self.done: Done | None = done
         self.conn: ProduceConnection | None = None
         self.version = 0
+        self.write_seq = 0  # its write on the connection's thread, 0 with none
 
     def read_answer(self, body: bytes) -> ProduceAnswers:
         return read_answers(self.version, body, self.batches)
@@ -228,7 +235,7 @@ class ProduceRequest(_Pending):
         the buffers may go back to the pool."""
         self.done = None
         conn = self.conn
-        if conn is not None and conn.holding_buffers and conn.usable:
+        if conn is not None and conn.holds_buffers_of(self) and conn.usable:
             conn.close()
 
     async def released(self) -> None:
@@ -250,11 +257,12 @@ class ProduceConnection(asyncio.Protocol):
     """One connection to one broker for produce requests (see the module)."""
 
     def __init__(
-        self, where: str, settings: ConnectionSettings, writer: WriteThread | None = None
+        self, where: str, settings: ConnectionSettings, write_thread: bool = False
     ) -> None:
         self.where = where
         self._settings = settings
-        self._writer = writer
+        self._write_thread = write_thread
+        self._writer: WriteThread | None = None
         self._slot: WriteSlot | None = None
         self._loop = asyncio.get_running_loop()
         self._client_id = settings.client_id.encode()
@@ -287,13 +295,17 @@ class ProduceConnection(asyncio.Protocol):
         self._transport = transport = cast(asyncio.Transport, transport)
         # (0, 0): paused whenever a byte is queued, resumed once the queue is empty.
         transport.set_write_buffer_limits(0, 0)
-        writer = self._writer
-        if writer is not None and transport.get_extra_info("sslcontext") is None:
+        if self._write_thread and transport.get_extra_info("sslcontext") is None:
             sock = transport.get_extra_info("socket")
-            if sock is not None:
-                slot = self._slot = writer.attach(sock.fileno())
-                if slot is not None:
+            writer = start_write_thread() if sock is not None else None
+            if writer is not None:
+                slot = writer.attach(sock.fileno())
+                if slot is None:
+                    writer.close()
+                else:
                     slot.owner_conn = self
+                    self._writer, self._slot = writer, slot
+                    self._loop.add_reader(writer.read_fd, deliver_wakeups, writer)
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -312,10 +324,10 @@ class ProduceConnection(asyncio.Protocol):
                 return
             done, self._unflushed = unflushed, []
         else:
-            # Those the thread has written, whatever it was given after them.
-            written = slot.written
-            done = [entry for entry in unflushed if entry[2] <= written]
-            self._unflushed = [entry for entry in unflushed if entry[2] > written]
+            # Those the thread has written in full, whatever it was given after them.
+            sent = slot.sent
+            done = [entry for entry in unflushed if entry[2] <= sent]
+            self._unflushed = [entry for entry in unflushed if entry[2] > sent]
         for request, answers, _ in done:
             request.finish(answers, None)
 
@@ -396,11 +408,24 @@ class ProduceConnection(asyncio.Protocol):
         slot = self._slot
         return self._paused or (slot is not None and slot.busy)
 
-    def _detach(self) -> None:
+    def holds_buffers_of(self, request: ProduceRequest) -> bool:
+        """Whether the transport or the write thread may still read ``request``'s buffers."""
         slot = self._slot
         if slot is not None:
-            self._slot = None
+            return request.write_seq > slot.written
+        return self._paused
+
+    def _detach(self) -> None:
+        """Take the connection off its write thread and stop the thread: afterwards nothing
+        but the transport reads its buffers (see WriteSlot.detach)."""
+        slot, writer = self._slot, self._writer
+        self._slot = self._writer = None
+        if slot is not None:
             slot.detach()
+        if writer is not None:
+            if not self._loop.is_closed():
+                self._loop.remove_reader(writer.read_fd)
+            writer.close()
 
     def close(self, error: AioAccumError | None = None) -> None:
         """Abort the connection: its queued bytes are dropped now, and what is in flight fails
@@ -530,7 +555,7 @@ class ProduceConnection(asyncio.Protocol):
         cid = self._next_id()
         version = request.version
         acks0 = request.acks == 0
-        seq = self._write(request_parts(
+        seq = request.write_seq = self._write(request_parts(
             version, cid, self._client_id, request.transactional_id, request.acks,
             request.timeout_ms, by_topic,
         ), acks0)
@@ -739,7 +764,7 @@ def _retrieve(task: asyncio.Task[None]) -> None:
 
 
 async def open_connection(
-    host: str, port: int, settings: ConnectionSettings, writer: WriteThread | None = None
+    host: str, port: int, settings: ConnectionSettings, write_thread: bool = False
 ) -> ProduceConnection:
     """A negotiated (and authenticated) produce connection, within the request timeout.
 
@@ -753,7 +778,7 @@ async def open_connection(
         async with asyncio.timeout(settings.request_timeout):
             ctx = settings.ssl_context
             _, conn = await loop.create_connection(
-                lambda: ProduceConnection(where, settings, writer), host, port,
+                lambda: ProduceConnection(where, settings, write_thread), host, port,
                 ssl=ctx, server_hostname=host if ctx is not None else None,
             )
             _size_socket(conn, settings.socket_buffers)

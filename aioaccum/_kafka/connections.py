@@ -29,7 +29,6 @@ from aioaccum._kafka.connection import (
     open_connection,
 )
 from aioaccum._kafka.errors import translate
-from aioaccum._kafka.write_thread import WriteThread, deliver_wakeups, start_write_thread
 from aioaccum.errors import AioAccumError, BrokerError
 
 __all__ = ["ProduceConnections"]
@@ -56,10 +55,9 @@ class ProduceConnections:
     ) -> None:
         self._settings = settings
         self._address = address
-        # The write thread (aioaccum._kafka.write_thread), started with the first plaintext
-        # connection; TLS connections write with their transport.
-        self._use_writer = write_thread and settings.ssl_context is None
-        self._writer: WriteThread | None = None
+        # A write thread per plaintext connection (aioaccum._kafka.write_thread); TLS
+        # connections write with their transport.
+        self._write_thread = write_thread and settings.ssl_context is None
         self._conns: dict[int, ProduceConnection] = {}
         self._connecting: dict[int, asyncio.Task[ProduceConnection]] = {}
         # Requests for a node whose connection is being opened, in the order they came.
@@ -170,17 +168,7 @@ class ProduceConnections:
         return None
 
     async def _open(self, node: int, host: str, port: int) -> ProduceConnection:
-        return await open_connection(host, port, self._settings, self._write_thread())
-
-    def _write_thread(self) -> WriteThread | None:
-        writer = self._writer
-        if writer is None and self._use_writer:
-            writer = self._writer = start_write_thread()
-            if writer is None:
-                self._use_writer = False  # the pure-Python path
-            else:
-                asyncio.get_running_loop().add_reader(writer.read_fd, deliver_wakeups, writer)
-        return writer
+        return await open_connection(host, port, self._settings, self._write_thread)
 
     def _opened(self, node: int, task: asyncio.Task[ProduceConnection]) -> None:
         if self._connecting.get(node) is task:
@@ -242,10 +230,6 @@ class ProduceConnections:
                 [asyncio.ensure_future(c.wait_closed()) for c in conns.values()],
                 timeout=self._settings.request_timeout,
             )
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            asyncio.get_running_loop().remove_reader(writer.read_fd)
-            writer.close()
 
 
 def _not_ready(node: int, why: str, *, stale: bool = False) -> AioAccumError:

@@ -13,8 +13,10 @@ voluntary context switches and about one involuntary one per produce request, wi
 the 2 cores idle. librdkafka and Java's producer both write from an I/O thread that sleeps
 between writes, and so does this module.
 
-How. One :class:`WriteThread` per producer (its produce connections share it); each plaintext
-connection takes a :class:`WriteSlot` (its own ``dup()`` of the socket). ``submit`` takes the
+How. Each plaintext produce connection starts a :class:`WriteThread` of its own, as
+librdkafka has a thread per broker: a broker that stops reading fills its socket and holds
+only its own connection's writes, never another broker's. The connection's
+:class:`WriteSlot` writes to its own ``dup()`` of the socket. ``submit`` takes the
 addresses of a request's buffers on the loop's thread and queues them; the thread writes every
 queued request in order with ``sendmsg`` (scatter/gather, nothing copied), waiting for room
 when the socket is full, and sleeps on a condition variable when the queue is empty. It never
@@ -29,33 +31,43 @@ written; it first shuts the socket, so that write ends at once), or, for ``acks=
 thread reports it wrote the request (``submit(..., notify=True)``: a byte on
 :attr:`WriteThread.read_fd`, which the loop watches, then :meth:`WriteThread.take_wakeups`).
 A write that fails (the broker closed the connection) stops the slot and wakes the loop, which
-closes the connection with the error.
+closes the connection with the error; an ``acks=0`` request completes only once the thread has
+written it in full (:attr:`WriteSlot.sent`), so one it dropped fails with the connection.
 
 What keeps the transport. TLS connections (the SSL object must write), the pure-Python path
-(``AIOACCUM_NO_EXTENSIONS=1``; a Python thread would need the GIL for each write), and a
-process where the thread is not running (after a fork) write with ``transport.writelines`` as
-before. The thread is only in :mod:`aioaccum._kafka._cwrite_thread`.
+(``AIOACCUM_NO_EXTENSIONS=1``; a Python thread would need the GIL for each write), Windows,
+and a connection whose thread could not start write with ``transport.writelines`` as before.
+After a fork, a child's :meth:`WriteSlot.detach` only closes its copy of the descriptor.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from aioaccum import _speedups
 
-__all__ = ["WriteSlot", "WriteThread", "deliver_wakeups", "start_write_thread"]
+__all__ = ["SUPPORTED", "WriteSlot", "WriteThread", "deliver_wakeups", "start_write_thread"]
 
 if TYPE_CHECKING or _speedups.EXTENSIONS:
-    from aioaccum._kafka._cwrite_thread import WriteSlot, WriteThread
+    from aioaccum._kafka._cwrite_thread import SUPPORTED, WriteSlot, WriteThread
 else:  # the pure-Python path writes with the transport: there is no thread
+    SUPPORTED = False
     WriteSlot = WriteThread = None
+
+log = logging.getLogger(__name__)
 
 
 def start_write_thread() -> WriteThread | None:
-    """A running write thread, or None where the transport writes (the pure-Python path)."""
-    if not _speedups.EXTENSIONS:
+    """A running write thread, or None where the transport writes (the pure-Python path,
+    Windows, or a thread that cannot start: the connection works as before)."""
+    if not SUPPORTED:
         return None
-    return WriteThread()
+    try:
+        return WriteThread()
+    except (OSError, RuntimeError) as exc:
+        log.warning("no write thread for a produce connection (%s); its transport writes", exc)
+        return None
 
 
 def deliver_wakeups(writer: WriteThread) -> None:
@@ -64,4 +76,8 @@ def deliver_wakeups(writer: WriteThread) -> None:
     for slot in writer.take_wakeups():
         conn = slot.owner_conn
         if conn is not None:
-            conn.on_writes()
+            try:
+                conn.on_writes()
+            except Exception:
+                # Each report is taken once: one that raises must not cost the others theirs.
+                log.exception("handling the write thread's report raised")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,8 +15,7 @@ from aioaccum._core.cluster import TopicPartition
 from aioaccum._kafka.connection import ConnectionSettings, ProduceConnection, open_connection
 from aioaccum._kafka.connections import ProduceConnections
 from aioaccum._kafka.sasl import Credentials
-from aioaccum._kafka.write_thread import WriteThread, deliver_wakeups, start_write_thread
-from aioaccum._speedups import EXTENSIONS
+from aioaccum._kafka.write_thread import SUPPORTED
 from aioaccum.errors import AioAccumError, AuthenticationError, BrokerError
 
 from .fake_broker import FakeBroker
@@ -34,25 +34,23 @@ async def broker() -> AsyncIterator[FakeBroker]:
     await found.close()
 
 
-# Every test also runs with the producer's write thread (compiled path only: the pure-Python
-# path has none), whose connections must keep the same buffer-lifetime rules.
-_writer: WriteThread | None = None
+# Every test also runs with a write thread per connection (compiled path only: the pure-Python
+# path has none), which must keep the same buffer-lifetime rules.
+_threads = False
 
 
-@pytest.fixture(autouse=True, params=["transport", "thread"] if EXTENSIONS else ["transport"])
+def _write_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "aioaccum-produce-writes"]
+
+
+@pytest.fixture(autouse=True, params=["transport", "thread"] if SUPPORTED else ["transport"])
 async def write_mode(request: pytest.FixtureRequest) -> AsyncIterator[str]:
-    global _writer
-    writer = start_write_thread() if request.param == "thread" else None
-    loop = asyncio.get_running_loop()
-    if writer is not None:
-        loop.add_reader(writer.read_fd, deliver_wakeups, writer)
-        _writer = writer
+    global _threads
+    _threads = request.param == "thread"
     yield request.param
-    if writer is not None:
-        _writer = None
-        loop.remove_reader(writer.read_fd)
-        writer.close()
-        assert not writer.alive
+    _threads = False
+    # Every connection the test ended stopped its thread (a closed or lost one joins it).
+    assert _write_threads() == []
 
 
 def settings(**overrides: object) -> ConnectionSettings:
@@ -62,9 +60,9 @@ def settings(**overrides: object) -> ConnectionSettings:
 
 
 async def connect(broker: FakeBroker, **overrides: object) -> ProduceConnection:
-    conn = await open_connection("127.0.0.1", broker.port, settings(**overrides), _writer)
-    # The thread writes on every plaintext connection it is given.
-    assert (conn._slot is not None) == (_writer is not None)
+    conn = await open_connection("127.0.0.1", broker.port, settings(**overrides), _threads)
+    # A thread of its own writes on every plaintext connection that asks for one.
+    assert (conn._slot is not None) == _threads
     return conn
 
 
@@ -129,7 +127,7 @@ async def test_a_lost_connection_fails_what_is_in_flight_and_the_next_request_re
     broker: FakeBroker,
 ) -> None:
     conns = ProduceConnections(
-        settings(), lambda node: ("127.0.0.1", broker.port), write_thread=_writer is not None
+        settings(), lambda node: ("127.0.0.1", broker.port), write_thread=_threads
     )
     broker.drop_on_produce = True
     with pytest.raises(BrokerError) as lost:
@@ -152,7 +150,7 @@ async def test_a_refused_connection_backs_off_and_fails_as_never_written() -> No
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
     conns = ProduceConnections(
-        settings(), lambda node: ("127.0.0.1", port), write_thread=_writer is not None
+        settings(), lambda node: ("127.0.0.1", port), write_thread=_threads
     )
     errors = []
     for _ in range(2):  # refused, then refused at once within the back-off
@@ -270,13 +268,71 @@ async def test_an_acks0_request_completes_once_written_with_requests_queued_behi
     await conn.wait_closed()
 
 
+async def test_a_broker_that_stops_reading_holds_only_its_own_connections_writes() -> None:
+    stalled, healthy = FakeBroker(), FakeBroker()
+    await stalled.start()
+    await healthy.start()
+    ports = {1: stalled.port, 2: healthy.port}
+    conns = ProduceConnections(
+        settings(), lambda node: ("127.0.0.1", ports[node]), write_thread=_threads
+    )
+    try:
+        for node in (1, 2):  # both connections open
+            await asyncio.wait_for(
+                conns.produce(node, acks=1, timeout_ms=1000, batches=[(TP, [memoryview(b"w")])],
+                              transactional_id=None, v12=False), 5)
+        stalled.stop_reading()
+        held = asyncio.ensure_future(
+            conns.produce(1, acks=1, timeout_ms=1000,
+                          batches=[(TP, [memoryview(bytearray(b"A" * _BIG))])],
+                          transactional_id=None, v12=False))
+        await asyncio.sleep(0.05)
+        # Node 1's socket is full; node 2's request still goes out and is answered.
+        answered = await asyncio.wait_for(
+            conns.produce(2, acks=1, timeout_ms=1000, batches=[(TP, [memoryview(b"ok")])],
+                          transactional_id=None, v12=False), 5)
+        assert answered is not None
+        assert not held.done()
+        stalled.resume_reading()
+        await asyncio.wait_for(held, 10)
+    finally:
+        await conns.close()
+        await stalled.close()
+        await healthy.close()
+
+
+async def test_cancelling_a_request_already_written_keeps_the_connection(
+    broker: FakeBroker,
+) -> None:
+    conns = ProduceConnections(
+        settings(), lambda node: ("127.0.0.1", broker.port), write_thread=_threads
+    )
+    await asyncio.wait_for(
+        conns.produce(1, acks=1, timeout_ms=1000, batches=[(TP, [memoryview(b"warm-up")])],
+                      transactional_id=None, v12=False), 5)
+    conn = conns.connection(1)
+    assert conn is not None
+    broker.hold = True  # the broker reads it but does not answer yet
+    task = asyncio.ensure_future(
+        conns.produce(1, acks=1, timeout_ms=1000, batches=[(TP, [memoryview(b"small")])],
+                      transactional_id=None, v12=False))
+    await asyncio.wait_for(broker.until(lambda b: b.kinds().count(0) == 2), 5)
+    assert conn.flushed  # every byte of it reached the socket
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert conn.usable  # nothing of it was held, so nothing to drop by closing
+    broker.hold = False
+    await conns.close()
+
+
 async def test_a_request_given_up_while_queued_drops_its_bytes_before_the_caller_goes_on(
     broker: FakeBroker,
 ) -> None:
     conns = ProduceConnections(
         settings(),
         lambda node: ("127.0.0.1", broker.port),
-        write_thread=_writer is not None,
+        write_thread=_threads,
     )
     records = bytearray(b"A" * _BIG)
     await asyncio.wait_for(

@@ -148,3 +148,47 @@ def test_a_stopped_thread_gives_no_slot() -> None:
     assert thread.attach(a.fileno()) is None
     a.close()
     b.close()
+
+
+def test_sent_counts_only_requests_written_in_full(writer: WriteThread) -> None:
+    a, b = _pair()
+    slot = writer.attach(a.fileno())
+    assert slot is not None
+    slot.submit([b"first"], notify=True)
+    assert _wait_woken(writer) == [slot]
+    assert slot.sent == slot.written == 1
+    b.close()
+    slot.submit([b"x" * 100], notify=True)  # fails: the peer is gone
+    slot.submit([b"y" * 100], notify=True)  # dropped after the failure
+    deadline = time.monotonic() + 5
+    while slot.busy and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert slot.written == 3  # the thread is done with all three
+    assert slot.sent == 1  # but wrote only the first: the others must not count as written
+    assert slot.error in (32, 104)
+    slot.detach()
+    a.close()
+
+
+def test_a_forked_child_lets_go_of_its_copy_without_ending_the_parents_connection(
+    writer: WriteThread,
+) -> None:
+    a, b = _pair()
+    slot = writer.attach(a.fileno())
+    assert slot is not None
+    pid = os.fork()
+    if pid == 0:  # the child: no thread runs here; detaching must not wait or shut the socket
+        try:
+            slot.detach()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    slot.submit([b"after the fork"], notify=True)
+    assert _wait_woken(writer) == [slot]
+    b.settimeout(2)
+    assert b.recv(100) == b"after the fork"
+    slot.detach()
+    a.close()
+    b.close()
