@@ -33,6 +33,28 @@ def _pair(sndbuf: int = 4096) -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
+def _attached(writer: WriteThread) -> tuple[socket.socket, socket.socket, WriteSlot]:
+    """A socket pair whose first end has a slot on ``writer``."""
+    a, b = _pair()
+    slot = writer.attach(a.fileno())
+    assert slot is not None
+    return a, b, slot
+
+
+def _until_idle(slot: WriteSlot, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while slot.busy and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert not slot.busy, f"the thread still writes after {timeout} s"
+
+
+def _assert_arrives(writer: WriteThread, slot: WriteSlot, peer: socket.socket, data: bytes) -> None:
+    slot.submit([data], notify=True)
+    assert _wait_woken(writer) == [slot]
+    peer.settimeout(2)
+    assert peer.recv(len(data) + 1) == data
+
+
 def _wait_woken(writer: WriteThread, timeout: float = 5.0) -> list[WriteSlot]:
     readable, _, _ = select.select([writer.read_fd], [], [], timeout)
     assert readable, f"no wake-up from the write thread within {timeout} s"
@@ -54,9 +76,7 @@ def _read_exactly(sock: socket.socket, size: int, into: bytearray) -> threading.
 
 
 def test_requests_arrive_whole_and_in_order_through_partial_writes(writer: WriteThread) -> None:
-    a, b = _pair()
-    slot = writer.attach(a.fileno())
-    assert slot is not None
+    a, b, slot = _attached(writer)
     pieces = [os.urandom(997) for _ in range(3000)]
     got = bytearray()
     reader = _read_exactly(b, sum(map(len, pieces)), got)
@@ -81,9 +101,7 @@ def test_requests_arrive_whole_and_in_order_through_partial_writes(writer: Write
 def test_detach_ends_a_write_blocked_on_a_full_socket_and_drops_the_queue(
     writer: WriteThread,
 ) -> None:
-    a, b = _pair()
-    slot = writer.attach(a.fileno())
-    assert slot is not None
+    a, b, slot = _attached(writer)
     first = bytearray(b"A" * (4 * 1024 * 1024))  # far more than the socket pair holds
     queued = bytearray(b"B" * 65536)
     slot.submit([memoryview(first)])
@@ -111,32 +129,22 @@ def test_detach_ends_a_write_blocked_on_a_full_socket_and_drops_the_queue(
 
 
 def test_a_failed_write_stops_the_slot_and_wakes_the_loop(writer: WriteThread) -> None:
-    a, b = _pair()
-    slot = writer.attach(a.fileno())
-    assert slot is not None
+    a, b, slot = _attached(writer)
     b.close()  # the peer is gone: the write fails with EPIPE or ECONNRESET
     slot.submit([b"x" * 100])
     assert _wait_woken(writer) == [slot]
     assert slot.error in (32, 104), os.strerror(slot.error)
     slot.submit([b"y" * 100])  # dropped, not written: the slot stopped
-    deadline = time.monotonic() + 5
-    while slot.busy and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert not slot.busy
+    _until_idle(slot)
     assert slot.error in (32, 104)
     slot.detach()
     a.close()
 
 
 def test_the_slot_writes_to_its_own_descriptor(writer: WriteThread) -> None:
-    a, b = _pair()
-    slot = writer.attach(a.fileno())
-    assert slot is not None
+    a, b, slot = _attached(writer)
     a.close()  # the connection's descriptor goes; the slot's copy keeps the socket
-    slot.submit([b"still here"], notify=True)
-    assert _wait_woken(writer) == [slot]
-    b.settimeout(2)
-    assert b.recv(100) == b"still here"
+    _assert_arrives(writer, slot, b, b"still here")
     slot.detach()
     b.close()
 
@@ -151,18 +159,14 @@ def test_a_stopped_thread_gives_no_slot() -> None:
 
 
 def test_sent_counts_only_requests_written_in_full(writer: WriteThread) -> None:
-    a, b = _pair()
-    slot = writer.attach(a.fileno())
-    assert slot is not None
+    a, b, slot = _attached(writer)
     slot.submit([b"first"], notify=True)
     assert _wait_woken(writer) == [slot]
     assert slot.sent == slot.written == 1
     b.close()
     slot.submit([b"x" * 100], notify=True)  # fails: the peer is gone
     slot.submit([b"y" * 100], notify=True)  # dropped after the failure
-    deadline = time.monotonic() + 5
-    while slot.busy and time.monotonic() < deadline:
-        time.sleep(0.001)
+    _until_idle(slot)
     assert slot.written == 3  # the thread is done with all three
     assert slot.sent == 1  # but wrote only the first: the others must not count as written
     assert slot.error in (32, 104)
@@ -173,9 +177,7 @@ def test_sent_counts_only_requests_written_in_full(writer: WriteThread) -> None:
 def test_a_forked_child_lets_go_of_its_copy_without_ending_the_parents_connection(
     writer: WriteThread,
 ) -> None:
-    a, b = _pair()
-    slot = writer.attach(a.fileno())
-    assert slot is not None
+    a, b, slot = _attached(writer)
     pid = os.fork()
     if pid == 0:  # the child: no thread runs here; detaching must not wait or shut the socket
         try:
@@ -185,10 +187,7 @@ def test_a_forked_child_lets_go_of_its_copy_without_ending_the_parents_connectio
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    slot.submit([b"after the fork"], notify=True)
-    assert _wait_woken(writer) == [slot]
-    b.settimeout(2)
-    assert b.recv(100) == b"after the fork"
+    _assert_arrives(writer, slot, b, b"after the fork")
     slot.detach()
     a.close()
     b.close()
