@@ -28,8 +28,7 @@ cdef class BuiltInPartitioner:
     @cython.locals(state=_TopicState)
     cpdef bint on_new_batch(self, str topic, partition) except -1
 
-    @cython.locals(top=cython.longlong, total=cython.longlong,
-                   pick=cython.longlong, load=cython.longlong)
+    @cython.locals(top=cython.longlong, pick=cython.longlong, load=cython.longlong)
     cdef object _next_partition(self, str topic, _TopicState state, cluster)
 
 

@@ -432,20 +432,12 @@ class BuiltInPartitioner:
         if rack is not None:
             in_rack = set(_in_rack(topic, state, available, rack, cluster))
             candidates = [p for p in candidates if p in in_rack] or candidates
-        # Each candidate weighs how much shorter its queue is than the longest, plus one. Plain
-        # loops: this draw comes once per batch on a keyless topic.
-        top = 0
-        for p in candidates:
-            load = sizes.get(p, 0)
-            if load > top:
-                top = load
-        top += 1
-        total = 0
-        for p in candidates:
-            total += top - sizes.get(p, 0)
-        pick = self._rng.randrange(total)
-        for p in candidates:
-            pick -= top - sizes.get(p, 0)
+        # Each candidate weighs how much shorter its queue is than the longest, plus one.
+        loads = [sizes.get(p, 0) for p in candidates]
+        top = max(loads) + 1
+        pick = self._rng.randrange(top * len(loads) - sum(loads))
+        for p, load in zip(candidates, loads, strict=True):
+            pick -= top - load
             if pick < 0:
                 return p
         return candidates[-1]

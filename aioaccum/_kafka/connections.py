@@ -55,9 +55,8 @@ class ProduceConnections:
     ) -> None:
         self._settings = settings
         self._address = address
-        # A write thread per plaintext connection (aioaccum._kafka.write_thread); TLS
-        # connections write with their transport.
-        self._write_thread = write_thread and settings.ssl_context is None
+        # A write thread per plaintext connection (aioaccum._kafka.write_thread).
+        self._write_thread = write_thread
         self._conns: dict[int, ProduceConnection] = {}
         self._connecting: dict[int, asyncio.Task[ProduceConnection]] = {}
         # Requests for a node whose connection is being opened, in the order they came.
