@@ -613,10 +613,17 @@ cdef class MemoryRecordsBuilder:
         cdef Py_ssize_t start = 0
         cdef Py_ssize_t length = PyBytes_GET_SIZE(record)
         cdef Py_ssize_t take
-        data = memoryview(record)
+        cdef const char* src = PyBytes_AS_STRING(record)
+        data = None
         while True:
             take = min(self._end - pos, length - start)
-            self._view[pos - self._off : pos - self._off + take] = data[start : start + take]
+            if self._data != NULL:
+                # Pooled chunks are plain bytearrays: a memcpy, not a slice per piece.
+                memcpy(self._data + (pos - self._off), src + start, take)
+            else:
+                if data is None:
+                    data = memoryview(record)
+                self._view[pos - self._off : pos - self._off + take] = data[start : start + take]
             pos += take
             start += take
             if start == length:

@@ -15,6 +15,7 @@ cdef class BuiltInPartitioner:
     cdef public Py_ssize_t _sticky_batch_size
     cdef public bint _adaptive
     cdef public object _rng
+    cdef public bint _scripted
     cdef public dict _topics
 
     @cython.locals(state=_TopicState)
@@ -28,8 +29,10 @@ cdef class BuiltInPartitioner:
     @cython.locals(state=_TopicState)
     cpdef bint on_new_batch(self, str topic, partition) except -1
 
-    @cython.locals(top=cython.longlong, pick=cython.longlong, load=cython.longlong)
+    @cython.locals(top=cython.longlong, pick=cython.longlong, i=Py_ssize_t)
     cdef object _next_partition(self, str topic, _TopicState state, cluster)
+
+    cdef Py_ssize_t _below(self, Py_ssize_t n) except -1
 
 
 cpdef object partition_for(

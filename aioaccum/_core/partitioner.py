@@ -259,6 +259,10 @@ class BuiltInPartitioner:
         self._sticky_batch_size = sticky_batch_size
         self._adaptive = adaptive
         self._rng = rng if rng is not None else random.Random()
+        # A switch draws once per batch. ``randrange`` runs as Python bytecode (about 0.5 us);
+        # our own generator draws through ``random()``, which is C. A generator passed in keeps
+        # ``randrange``, so that a test may script the draws.
+        self._scripted = rng is not None
         self._topics: dict[str, _TopicState] = {}
 
     @property
@@ -418,13 +422,13 @@ class BuiltInPartitioner:
                 raise ValueError(
                     f"no partitions known for topic {topic!r}; fetch its metadata first"
                 )
-            return everything[self._rng.randrange(len(everything))]
+            return everything[self._below(len(everything))]
         rack = cluster.client_rack
         sizes = state.queue_sizes
         if sizes is None:
             if rack is not None:
                 available = _in_rack(topic, state, available, rack, cluster) or available
-            return available[self._rng.randrange(len(available))]
+            return available[self._below(len(available))]
         excluded = state.excluded
         candidates = [p for p in available if p not in excluded] if excluded else available
         if not candidates:
@@ -435,12 +439,20 @@ class BuiltInPartitioner:
         # Each candidate weighs how much shorter its queue is than the longest, plus one.
         loads = [sizes.get(p, 0) for p in candidates]
         top = max(loads) + 1
-        pick = self._rng.randrange(top * len(loads) - sum(loads))
-        for p, load in zip(candidates, loads, strict=True):
-            pick -= top - load
+        pick = self._below(top * len(loads) - sum(loads))
+        # By index: zip(strict=True) parses a keyword argument per call.
+        for i in range(len(loads)):
+            pick -= top - loads[i]
             if pick < 0:
-                return p
+                return candidates[i]
         return candidates[-1]
+
+    def _below(self, n: int) -> int:
+        """A uniform draw from ``range(n)``, ``n`` >= 1."""
+        if self._scripted:
+            return self._rng.randrange(n)
+        # random() < 1, so the product stays below n; min() guards the rounding of a huge n.
+        return min(int(self._rng.random() * n), n - 1)
 
 
 def _in_rack(

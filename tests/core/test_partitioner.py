@@ -322,6 +322,25 @@ def test_adaptive_prefers_less_loaded_partitions() -> None:
     assert counts[2] > 0
 
 
+def test_own_generator_draws_with_the_same_weights_and_uniformly() -> None:
+    # Without a generator passed in, draws go through random() rather than randrange: the
+    # same weights 10, 1, 1 as above, and every partition equally often without load stats.
+    part = BuiltInPartitioner(100)
+    part.update_partition_load_stats("t3", {1: 9, 2: 9})
+    cluster = StaticCluster.uniform({"t3": 3})
+    counts: Counter[int] = Counter()
+    for _ in range(12_000):
+        p = part.partition("t3", cluster)
+        counts[p] += 1
+        part.update_partition_info("t3", p, 100, True)
+    assert 0.80 <= counts[0] / 12_000 <= 0.87, counts
+    assert counts[1] > 0
+    assert counts[2] > 0
+    uniform = _produce(BuiltInPartitioner(100), CLUSTER, 60_000, 100)
+    assert set(uniform) == set(range(6))
+    assert all(0.14 <= n / 60_000 <= 0.193 for n in uniform.values()), uniform
+
+
 def test_adaptive_skips_excluded_and_leaderless_partitions() -> None:
     part = BuiltInPartitioner(100, rng=random.Random(5))
     part.update_partition_load_stats("t", dict.fromkeys(range(6), 0), excluded={0, 1})
