@@ -88,7 +88,8 @@ def settings(journal: str | None, idempotent: bool) -> dict[str, Any]:
 
 async def run(mode: str, records: int, value_size: int, partitions: int,
               journal: str | None = None, idempotent: bool = False,
-              batch_size: int | None = None, keyed: bool = False) -> tuple[float, float]:
+              batch_size: int | None = None, keyed: bool = False,
+              strategy: str | None = None) -> tuple[float, float]:
     """Seconds of process CPU and of wall time for ``records`` sent and waited for; with
     ``keyed``, each record has one of 16 keys per partition, in turn."""
     value = b"x" * value_size
@@ -96,6 +97,8 @@ async def run(mode: str, records: int, value_size: int, partitions: int,
     keys = [pool[i % len(pool)] for i in range(records)]
     kafka = InstantKafka(partitions)
     sizes: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}
+    if strategy is not None:
+        sizes["buffer_memory_allocation_strategy"] = strategy
     async with Producer(kafka=kafka, linger_ms=5, **sizes,
                         **settings(journal, idempotent)) as producer:
         cpu, wall = time.process_time(), time.perf_counter()
@@ -184,6 +187,8 @@ def main() -> None:
                         "more in small batches")
     parser.add_argument("--keyed", action="store_true",
                         help="a key per record, 16 keys per partition (the bench's keyed-*)")
+    parser.add_argument("--strategy", choices=("full", "incremental"), default=None,
+                        help="buffer_memory_allocation_strategy (default: the producer's own)")
     parser.add_argument("--idempotent", action="store_true",
                         help="acks='all' and idempotence (the baseline of --journal)")
     args = parser.parse_args()
@@ -205,7 +210,7 @@ def main() -> None:
             continue
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             coro = run(mode, args.records, args.value_size, args.partitions, args.journal,
-                       args.idempotent, args.batch_size, args.keyed)
+                       args.idempotent, args.batch_size, args.keyed, args.strategy)
             if args.profile:
                 profiler = cProfile.Profile()
                 profiler.enable()

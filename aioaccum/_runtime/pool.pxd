@@ -1,3 +1,4 @@
+cimport cython
 # Compiled declarations for pool.py; see _core/futures.pxd. Compiled, nothing the pool does under
 # its lock runs Python bytecode, so a thread never loses the GIL while it holds the lock: that
 # would make every other appending thread block on it.
@@ -20,3 +21,10 @@ cdef class BufferPool:
     cdef object __weakref__
     # Instance attributes beyond these fields: tests wrap methods of a running producer's pool.
     cdef dict __dict__
+
+    # The paths every pooled chunk takes (see pool.py), with C arithmetic.
+    @cython.locals(sized=list)
+    cdef object _take(self, Py_ssize_t size)
+
+    @cython.locals(sized=list, length=Py_ssize_t)
+    cdef int _give(self, object buffer, Py_ssize_t size) except -1

@@ -309,24 +309,30 @@ class BufferPool:
             if self._waiters or self._closed or not 0 <= size <= self._total:
                 self._check_request(size)
                 return None
-            if size == self._poolable and self._free:
-                buffer = self._free.popleft()
+            return self._take(size)
+
+    def _take(self, size: int) -> bytearray | None:
+        """:meth:`allocate_nowait` once ``size`` is known to be allowed (lock held). Typed in
+        the ``.pxd``: a chunk of an incremental batch comes through here, several per batch, and
+        boxed arithmetic made a chunk cost as much as a 1 KB record."""
+        if size == self._poolable and self._free:
+            buffer: bytearray = self._free.popleft()
+        else:
+            sized: list[bytearray] | None = self._sized.get(size) if self._sized else None
+            if sized:
+                buffer = sized.pop()
+                self._sized_bytes -= size
             else:
-                sized = self._sized.get(size) if self._sized else None
-                if sized:
-                    buffer = sized.pop()
-                    self._sized_bytes -= size
-                else:
-                    if size > self._unallocated:
-                        if size > (self._unallocated + len(self._free) * self._poolable
-                                   + self._sized_bytes):
-                            return None
-                        self._free_up(size)
-                    self._unallocated -= size
-                    buffer = bytearray(size)
-            self._allocated += size
-            self._allocations += 1
-            return buffer
+                if size > self._unallocated:
+                    if size > (self._unallocated + len(self._free) * self._poolable
+                               + self._sized_bytes):
+                        return None
+                    self._free_up(size)
+                self._unallocated -= size
+                buffer = bytearray(size)
+        self._allocated += size
+        self._allocations += 1
+        return buffer
 
     async def allocate(self, size: int, max_block_ms: float) -> bytearray:
         """Allocate a buffer, waiting in FIFO order for memory if there is not enough.
@@ -434,23 +440,30 @@ class BufferPool:
         Raises:
             ValueError: ``size`` is negative or more than is currently allocated.
         """
-        if size is None:
-            size = len(buffer)
         with self.lock:
-            if not 0 <= size <= self._allocated:
-                raise ValueError(
-                    f"cannot deallocate {size} bytes: only {self._allocated} bytes are allocated"
-                )
-            self._allocated -= size
-            if len(buffer) == size and size == self._poolable:
-                self._free.append(buffer)
-            elif len(buffer) == size and self._sized and size in self._sized:
-                self._sized[size].append(buffer)
+            self._give(buffer, len(buffer) if size is None else size)
+
+    def _give(self, buffer: bytearray, size: int) -> None:
+        """:meth:`deallocate`, lock held (typed in the ``.pxd``, as :meth:`_take`)."""
+        if not 0 <= size <= self._allocated:
+            raise ValueError(
+                f"cannot deallocate {size} bytes: only {self._allocated} bytes are allocated"
+            )
+        self._allocated -= size
+        length = len(buffer)
+        if length == size and size == self._poolable:
+            self._free.append(buffer)
+        elif length == size and self._sized:
+            sized: list[bytearray] | None = self._sized.get(size)
+            if sized is not None:
+                sized.append(buffer)
                 self._sized_bytes += size
             else:
                 self._unallocated += size
-            if self._waiters:
-                self._serve()
+        else:
+            self._unallocated += size
+        if self._waiters:
+            self._serve()
 
     def close(self) -> None:
         """Close the pool: fail every waiter, and every later allocation, with
