@@ -305,10 +305,9 @@ def test_adaptive_weights_follow_kafkas_cumulative_table() -> None:
     assert rng.calls == [8] * 8
 
 
-def test_adaptive_prefers_less_loaded_partitions() -> None:
-    part = BuiltInPartitioner(100, rng=random.Random(11))
-    # Partition 0 is empty and missing from the report, 1 and 2 have nine batches queued:
-    # weights 10, 1, 1.
+def _draws_with_loads_10_1_1(part: BuiltInPartitioner) -> Counter[int]:
+    """12,000 switches over three partitions: partition 0 is empty and missing from the
+    report, 1 and 2 have nine batches queued, so the weights are 10, 1, 1."""
     part.update_partition_load_stats("t3", {1: 9, 2: 9})
     cluster = StaticCluster.uniform({"t3": 3})
     counts: Counter[int] = Counter()
@@ -316,6 +315,11 @@ def test_adaptive_prefers_less_loaded_partitions() -> None:
         p = part.partition("t3", cluster)
         counts[p] += 1
         part.update_partition_info("t3", p, 100, True)
+    return counts
+
+
+def test_adaptive_prefers_less_loaded_partitions() -> None:
+    counts = _draws_with_loads_10_1_1(BuiltInPartitioner(100, rng=random.Random(11)))
     share = counts[0] / 12_000
     assert 0.80 <= share <= 0.87, counts
     assert counts[1] > 0
@@ -325,14 +329,7 @@ def test_adaptive_prefers_less_loaded_partitions() -> None:
 def test_own_generator_draws_with_the_same_weights_and_uniformly() -> None:
     # Without a generator passed in, draws go through random() rather than randrange: the
     # same weights 10, 1, 1 as above, and every partition equally often without load stats.
-    part = BuiltInPartitioner(100)
-    part.update_partition_load_stats("t3", {1: 9, 2: 9})
-    cluster = StaticCluster.uniform({"t3": 3})
-    counts: Counter[int] = Counter()
-    for _ in range(12_000):
-        p = part.partition("t3", cluster)
-        counts[p] += 1
-        part.update_partition_info("t3", p, 100, True)
+    counts = _draws_with_loads_10_1_1(BuiltInPartitioner(100))
     assert 0.80 <= counts[0] / 12_000 <= 0.87, counts
     assert counts[1] > 0
     assert counts[2] > 0
