@@ -62,8 +62,12 @@ TIMELINE_POINTS = 120
 SETTLE_AFTER_PARTITIONS = 1000
 SETTLE_S = 75.0
 # Warm-up runs on a workload's new shared topics: at most WARM_UP_RUNS, until two in a row
-# agree within WARM_UP_AGREE (a fraction of the earlier one's rate).
-WARM_UP_RUNS = 4
+# agree within WARM_UP_AGREE (a fraction of the earlier one's rate). On a new topic of 6,000
+# partitions the brokers took minutes to reach speed: four warm-up runs of 200,000 records made
+# 10,023, 4,856, 6,510 and 4,592 records/s, and the counted runs that followed went from 7,000
+# to 11,500 records/s in the first repetition to 13,000 to 35,000 in the second, every client
+# alike.
+WARM_UP_RUNS = 8
 WARM_UP_AGREE = 0.2
 
 
@@ -552,9 +556,8 @@ def run_all(
                 # new topic went 3 to 8 times slower than the same client minutes later, even
                 # after one write to each partition (the JVM compiling the paths such requests
                 # take, most likely). These runs write to every partition and topic too; every
-                # counted run comes after them. One was not always enough (keyed-6000p: 8,099
-                # and then 6,679 rec/s for the first contender, 28,000 to 42,000 for the rest),
-                # so they go on until two in a row agree within WARM_UP_AGREE, or WARM_UP_RUNS.
+                # counted run comes after them. One was not enough (see WARM_UP_RUNS), so they
+                # go on until two in a row agree within WARM_UP_AGREE, or WARM_UP_RUNS.
                 rates: list[float] = []
                 while len(rates) < WARM_UP_RUNS:
                     warm = one_run(broker, w, here[0], -1, args, shared)
