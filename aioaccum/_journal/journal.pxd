@@ -16,7 +16,8 @@ cdef class Journal:
     cdef public dict _owed
     cdef public long long _next_seq
     cdef public object recovery
-    cdef public Segment _warm
+    cdef public object _warm
+    cdef public Py_ssize_t mapped
     cdef public Segment _spare
     cdef public bint recycle
     cdef public Py_ssize_t recycled

@@ -198,12 +198,26 @@ def resend_recovered(acc: JournaledAccumulator, spill: Spill) -> int:
     return len(owed)
 
 
+# Most segments kept mapped for recycling (see Journal.__init__): 64 MiB of maps by default.
+MOST_MAPPED = 4
+
+
+def mapped_segments(buffer_memory: int, segment_bytes: int) -> int:
+    """How many segments a producer keeps mapped, the newest included: enough to span what a
+    full ``buffer_memory`` owes, whose entries take up to half as much again as its batches (a
+    100-byte record is 100 + 11 bytes in a batch, 100 + 43 in the journal), plus the newest;
+    at least two, at most :data:`MOST_MAPPED`."""
+    owed = -(-buffer_memory * 3 // (2 * segment_bytes))  # ceil(1.5 x buffer_memory / size)
+    return max(2, min(MOST_MAPPED, owed + 1))
+
+
 def open_journal(cfg: ProducerConfig) -> Journal:
     """The producer's journal folder, locked and read (raises the journal's typed errors)."""
     assert cfg.journal_dir is not None
     return Journal.open(cfg.journal_dir, segment_bytes=cfg.journal_segment_bytes,
                         max_bytes=cfg.journal_max_bytes,
-                        recycle=cfg.journal_sync == "none")
+                        recycle=cfg.journal_sync == "none",
+                        mapped=mapped_segments(cfg.buffer_memory, cfg.journal_segment_bytes))
 
 
 async def start_journal(acc: RecordAccumulator, kafka: Any, pool: Any,

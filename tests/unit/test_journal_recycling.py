@@ -119,3 +119,33 @@ def test_runs_of_one_partition_are_counted_as_single_records_are(tmp_path: Path)
             again.done("t", partition, seqs[0], seqs[-1], len(seqs))
     assert len(_segments(tmp_path)) == 1
     again.close()
+
+
+def test_segments_stay_mapped_for_recycling_as_far_back_as_mapped_says(tmp_path: Path) -> None:
+    """Outcomes that come while more than one segment owes (a producer with a full
+    buffer_memory) recycle the oldest only if it is still mapped: with two maps it was let
+    go when the third segment began, and is deleted; with three it becomes the spare."""
+    for mapped, recycled in ((2, 0), (3, 1)):
+        folder = tmp_path / f"mapped-{mapped}"
+        journal = Journal.open(folder, segment_bytes=SEGMENT, max_bytes=1 << 20, mapped=mapped)
+        seqs = _fill(journal, 50)  # about three segments, all owing
+        assert len(_segments(folder)) == 3
+        first = journal.head
+        journal.done("t", 0, seqs[0], seqs[19], 20)  # the oldest segment owes nothing now
+        _fill(journal, 30)  # on into a fourth segment
+        assert journal.head is not first
+        assert journal.recycled == recycled, mapped
+        journal.close()
+        again = _open(folder)
+        assert [r.seq for r in again.recovery.records][:30] == seqs[20:50]
+        again.close()
+
+
+def test_a_producer_maps_what_a_full_buffer_memory_owes_within_bounds() -> None:
+    from aioaccum._runtime.journaling import MOST_MAPPED, mapped_segments
+
+    mib = 1 << 20
+    assert mapped_segments(32 * mib, 16 * mib) == MOST_MAPPED == 4  # the defaults
+    assert mapped_segments(2 * mib, 4 * mib) == 2  # never fewer than today's two
+    assert mapped_segments(16 * mib, 16 * mib) == 3
+    assert mapped_segments(1 << 30, 16 * mib) == MOST_MAPPED  # an outage's maps stay bounded
