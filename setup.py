@@ -24,8 +24,11 @@ from types import ModuleType
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-# MSVC spells the optimisation flag differently; everything else here is gcc or clang.
-OPTIMIZE = ["/O2"] if sys.platform == "win32" else ["-O2"]
+# MSVC spells the optimisation flag differently; everything else here is gcc or clang. No
+# debug information (-g0): it took a third of the build's time (a forced rebuild of every module
+# on 2 cores: 147 s with it, 97 s without), and profilers still find every function by its
+# symbol.
+OPTIMIZE = ["/O2"] if sys.platform == "win32" else ["-O2", "-g0"]
 
 # Every index in the .pyx files is checked by hand or a non-negative slice bound, so Cython's
 # per-index checks are switched off for all of them.
