@@ -102,6 +102,21 @@ async def committed_values(bootstrap: str, topic: str, expected: set[bytes]) -> 
         await asyncio.sleep(0.5)
 
 
+async def until_no_task_runs(spark: SparkSession, within_s: float = 60.0) -> None:
+    """Waits until no executor runs a task. When a task fails and Spark fails its job,
+    ``save()`` raises at once, while the job's other tasks that are running still write
+    their partitions: a read before they end sees part of what the failed job wrote."""
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    deadline = time.monotonic() + within_s
+    while True:
+        running = sum(info.numRunningTasks() for info in tracker.getExecutorInfos())
+        if running == 0:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{running} Spark task(s) still running after {within_s} s")
+        await asyncio.sleep(0.2)
+
+
 def rows_df(spark: SparkSession, rows: int) -> DataFrame:
     return spark.range(0, rows, 1, 4).select(
         F.col("id").cast("string").alias("key"),
@@ -157,6 +172,8 @@ async def test_a_batch_write_failing_mid_partition_then_run_again(
 
     with pytest.raises(Exception, match="injected failure half-way"):
         write("aioaccum-failing")
+    # The job fails as soon as one task does; its other running tasks go on writing.
+    await until_no_task_runs(spark)
     after_failure = await read_values(kafka_bootstrap, topic, "read_committed")
     written = await read_values(kafka_bootstrap, topic, "read_uncommitted")
     assert sum(written.values()) >= 1000 // 4 // 2  # at least half of the failed partition
