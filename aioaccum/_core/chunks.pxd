@@ -15,7 +15,7 @@ cpdef list parts(list chunks, Py_ssize_t size)
 @cython.locals(kept=Py_ssize_t, total=Py_ssize_t)
 cpdef trim(list chunks, Py_ssize_t size, sink)
 
-@cython.locals(size=Py_ssize_t)
+@cython.locals(largest=Py_ssize_t, size=Py_ssize_t)
 cpdef Py_ssize_t largest_chunk_for(Py_ssize_t chunk_size) except -1
 
 @cython.locals(largest=Py_ssize_t, size=Py_ssize_t)

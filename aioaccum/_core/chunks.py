@@ -106,8 +106,10 @@ def largest_chunk_for(chunk_size: int) -> int:
     """The largest size a batch's chunks double to from ``chunk_size``: ``chunk_size`` times
     the largest power of two that keeps it within :data:`LARGEST_CHUNK` (the pool keeps a free
     list for each of these sizes)."""
+    # A local copy: compiled, the loop then compares C integers, not a boxed one per turn.
+    largest = LARGEST_CHUNK
     size = chunk_size
-    while size * 2 <= LARGEST_CHUNK:
+    while size * 2 <= largest:
         size *= 2
     return size
 

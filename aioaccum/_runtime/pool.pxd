@@ -7,6 +7,8 @@ cdef class BufferPool:
     cdef public Py_ssize_t _poolable
     cdef public object _clock
     cdef public object lock
+    cdef object _acquire
+    cdef object _release
     cdef public object _free
     cdef public dict _sized
     cdef public Py_ssize_t _sized_bytes

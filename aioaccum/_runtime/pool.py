@@ -239,6 +239,10 @@ class BufferPool:
         self._clock = clock
         self.lock = threading.RLock()
         """Held by every method; the accumulator holds it too while it appends and drains."""
+        # Bound once: the two paths every chunk of an incremental batch takes call them rather
+        # than use `with`, whose method lookups and __exit__ call cost more than the rest of the
+        # call (callgrind: about 1,400 of an allocation's 2,400 instructions).
+        self._acquire, self._release = self.lock.acquire, self.lock.release
         self._free: deque[bytearray] = deque()
         self._sized: dict[int, list[bytearray]] = {}
         size = poolable_size * 2
@@ -305,11 +309,14 @@ class BufferPool:
             ProducerClosedError: The pool is closed.
             ValueError: ``size`` is negative.
         """
-        with self.lock:
+        self._acquire()
+        try:
             if self._waiters or self._closed or not 0 <= size <= self._total:
                 self._check_request(size)
                 return None
             return self._take(size)
+        finally:
+            self._release()
 
     def _take(self, size: int) -> bytearray | None:
         """:meth:`allocate_nowait` once ``size`` is known to be allowed (lock held). Typed in
@@ -440,8 +447,11 @@ class BufferPool:
         Raises:
             ValueError: ``size`` is negative or more than is currently allocated.
         """
-        with self.lock:
+        self._acquire()
+        try:
             self._give(buffer, len(buffer) if size is None else size)
+        finally:
+            self._release()
 
     def _give(self, buffer: bytearray, size: int) -> None:
         """:meth:`deallocate`, lock held (typed in the ``.pxd``, as :meth:`_take`)."""
