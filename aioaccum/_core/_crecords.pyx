@@ -94,12 +94,12 @@ cdef enum:
 cdef double _C_TRUNCATABLE = 4611686018427387904.0  # 2**62
 
 
-# The rule by which a growing batch sizes its next chunk, chunks.next_chunk_size, in C: it runs
-# once per chunk, and the Python call (boxed sizes, a module lookup, the bound's loop over boxed
-# integers) cost about 1,700 instructions per chunk (callgrind: 4 KB records in 16 KiB batches
-# took 40,837 instructions each, 39,559 with this). A cimport would
-# tie this module to the compiled chunks module, which the pure-Python run must not need. The
-# parity tests compare the chunk sizes both builders ask for.
+# chunks.next_chunk_size (the rule by which a growing batch sizes its next chunk) again, in C.
+# It runs once per chunk, and the Python call (boxed sizes, a module lookup, the bound's loop
+# over boxed integers) cost about 1,700 instructions per chunk (callgrind: 4 KB records in
+# 16 KiB batches took 40,837 instructions each, 39,559 with this). A cimport would tie this
+# module to the compiled chunks module, which the pure-Python run must not need. The parity
+# tests compare the chunk sizes both builders ask for, so the two copies cannot drift apart.
 cdef Py_ssize_t _LARGEST_CHUNK = _chunks.LARGEST_CHUNK
 
 
