@@ -437,7 +437,9 @@ class BuiltInPartitioner:
             in_rack = set(_in_rack(topic, state, available, rack, cluster))
             candidates = [p for p in candidates if p in in_rack] or candidates
         # Each candidate weighs how much shorter its queue is than the longest, plus one.
-        loads = [sizes.get(p, 0) for p in candidates]
+        # One bound lookup, not one per candidate: a switch happens once per batch.
+        size_of = sizes.get
+        loads = [size_of(p, 0) for p in candidates]
         top = max(loads) + 1
         pick = self._below(top * len(loads) - sum(loads))
         # By index: zip(strict=True) parses a keyword argument per call.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from aiokafka.protocol.produce import (
     ProduceRequest,
@@ -23,9 +23,9 @@ from aiokafka.protocol.produce import (
 )
 
 from aioaccum._core.cluster import TopicPartition
+from aioaccum._kafka.answers import PartitionResponse, ProduceAnswers
 from aioaccum._kafka.errors import broker_error_for_code
 from aioaccum._kafka.wire import I32, NO_TAGS, Call, Reader, compact_str, uvarint
-from aioaccum.errors import BrokerError
 
 __all__ = [
     "FAST_STRUCTS",
@@ -41,21 +41,6 @@ __all__ = [
     "request_parts",
 ]
 
-
-class PartitionResponse(NamedTuple):
-    """One partition's answer in a produce response (one per batch: a tuple, the cheapest
-    object to make)."""
-
-    error: BrokerError | None
-    base_offset: int
-    log_append_time: int
-
-
-class ProduceAnswers(dict):  # type: ignore[type-arg]  # dict[TopicPartition, PartitionResponse]
-    """The partitions' answers to one produce request, and how long the broker throttled it
-    (``throttle_time_ms``, for the ``produce-throttle-time`` metrics)."""
-
-    throttle_time_ms = 0
 
 _PRODUCE = 0
 _INT16 = struct.Struct(">h")
@@ -355,3 +340,22 @@ def _size_of(
         if tp[1] == partition and tp[0] == topic:
             return sum(len(chunk) for chunk in chunks)
     return None
+
+
+# The pure-Python framing stays as the reference, for the parity tests and for
+# AIOACCUM_NO_EXTENSIONS=1; the public names are whichever aioaccum._speedups chose, once.
+from aioaccum import _speedups  # noqa: E402  (must follow the reference functions it aliases)
+
+py_request_parts = request_parts
+py_read_answers = read_answers
+
+if _speedups.EXTENSIONS:
+    from aioaccum._kafka._cproduce import read_answers as _c_read_answers
+    from aioaccum._kafka._cproduce import request_parts
+
+    def read_answers(
+        version: int, body: bytes, batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]]
+    ) -> ProduceAnswers:
+        if version >= 9:  # v12 (transactions) stays in Python: rarer, and flexible
+            return py_read_answers(version, body, batches)
+        return _c_read_answers(version, body, batches)
