@@ -695,8 +695,10 @@ def metadata_of(future: RecordFuture) -> RecordMetadata:
 def await_step(future: FutureRecordMetadata) -> Any:
     """One step of ``await future``: the future itself to yield while its batch is pending (once;
     the awaiting task clears the flag when it takes it), else its metadata or its error raised."""
-    if future._cancelled or future._result.done:
-        return future.result()
+    if future._cancelled:
+        return future.result()  # raises the cancellation
+    if future._result.done:
+        return metadata_of(future)  # a C call, where result() would be a method lookup
     if future._blocking:
         raise RuntimeError("await wasn't used with future")
     future._blocking = True
