@@ -1,6 +1,6 @@
 """The asyncio Python contenders, each written the way its documentation shows it fastest, and
-what every Python contender's process shares (``Recorder``, ``routes``, ``child_main``); the
-synchronous contenders are in ``sync_clients``.
+what every Python contender's process shares (``Recorder``, ``routes``); the synchronous
+contenders are in ``sync_clients``, and ``child`` runs either kind.
 
 This module runs inside a contender's own child process (``scripts/bench --child SPEC``), so
 its imports, threads and memory are that contender's alone. Each runner sends ``spec.records``
@@ -561,35 +561,6 @@ ASYNC_RUNNERS: dict[str, AsyncRunner] = {
     "aiokafka": run_aiokafka,
     "confluent-aio": run_confluent_aio,
 }
-
-
-def child_main(spec_json: str) -> int:
-    """Runs one contender as its spec says and writes its result as JSON to the result path.
-
-    When the client raises (a setting it refuses, a broker it cannot reach), the result names
-    the exception, so the parent reports that run as failed for that reason and goes on.
-    """
-    spec = Spec.from_json(spec_json)
-    rec = Recorder(spec)
-    try:
-        if spec.contender in ASYNC_RUNNERS:
-            import uvloop
-
-            uvloop.run(ASYNC_RUNNERS[spec.contender](spec, rec))
-        else:
-            from benchlib.sync_clients import SYNC_RUNNERS
-
-            SYNC_RUNNERS[spec.contender](spec, rec)
-    except Exception as exc:
-        import json
-        import traceback
-
-        traceback.print_exc()
-        with open(spec.result_path, "w") as out:
-            json.dump({"raised_error": f"{type(exc).__name__}: {exc}"}, out)
-        return 1
-    write_result(rec)
-    return 0
 
 
 def write_result(rec: Recorder) -> None:

@@ -608,7 +608,7 @@ def run_all(
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.child:
-        from benchlib.clients import child_main
+        from benchlib.child import child_main
 
         return child_main(args.child)
     if args.list:
