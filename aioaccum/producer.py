@@ -820,7 +820,14 @@ class Producer:
         try:
             async with asyncio.timeout(timeout):
                 pending += await journaled.load_spilled(acc, sender)  # records on disk, first
-                while any(not b.is_finished for b in pending):
+                # A finished batch stays finished: each check resumes at the first one that was
+                # not, so a flush of n batches costs O(n) checks, not one pass per wake-up.
+                first = 0
+                while True:
+                    while first < len(pending) and pending[first].is_finished:
+                        first += 1
+                    if first == len(pending):
+                        break
                     if sender.fatal_error is not None:
                         raise ProducerFailedError(
                             f"the producer stopped on an error while flushing: "
