@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, Self, cast
 
 from aioaccum._core.accumulator import BufferRequest, RecordAccumulator
+from aioaccum._core.batch import first_unfinished
 from aioaccum._core.futures import FutureRecordMetadata, RecordMetadata, ThreadRecordFuture
 from aioaccum._core.idempotence import TransactionManager
 from aioaccum._core.lifecycle import ProducerState, move
@@ -820,14 +821,8 @@ class Producer:
         try:
             async with asyncio.timeout(timeout):
                 pending += await journaled.load_spilled(acc, sender)  # records on disk, first
-                # A finished batch stays finished: each check resumes at the first one that was
-                # not, so a flush of n batches costs O(n) checks, not one pass per wake-up.
-                first = 0
-                while True:
-                    while first < len(pending) and pending[first].is_finished:
-                        first += 1
-                    if first == len(pending):
-                        break
+                first = 0  # O(n) checks for n batches in all (first_unfinished says why)
+                while (first := first_unfinished(pending, first)) < len(pending):
                     if sender.fatal_error is not None:
                         raise ProducerFailedError(
                             f"the producer stopped on an error while flushing: "

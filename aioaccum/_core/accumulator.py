@@ -510,12 +510,16 @@ class RecordAccumulator:
         # BufferRequest path, which waits in the pool's FIFO. A split's parts (outside the pool)
         # are one buffer each.
         chunked = from_pool and self._chunk_size > 0
+        # An uncompressed builder never reads the ratio: no lookup (a tuple, and the codec
+        # enum's hash in Python) for each of its batches.
+        compression = self._compression
+        ratio = self._estimator.estimation(tp.topic, compression) if compression else 1.0
         builder = MemoryRecordsBuilder(
             buffer,
             compression=self._compression,
             compression_level=self._compression_level,
             write_limit=write_limit or self._batch_size,
-            estimated_ratio=self._estimator.estimation(tp.topic, self._compression),
+            estimated_ratio=ratio,
             chunk_size=self._chunk_size if chunked else 0,
             chunk_source=self._chunk_source if chunked else None,
             chunk_sink=self._chunk_sink if chunked else None,
