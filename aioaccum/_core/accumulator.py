@@ -321,7 +321,9 @@ class RecordAccumulator:
                 # estimateBatchSizeUpperBound); above a chunk, a doubled size the pool keeps.
                 size = max(self._open_size, record_size)
                 if size > self._open_size and self._chunk_size:
-                    size = opening_chunk_size(self._chunk_size, size, self._pool.total_memory)
+                    size = opening_chunk_size(
+                        self._chunk_size, size, self._pool.total_memory, self._batch_size
+                    )
                 got = self._pool.allocate_nowait(size)
                 if got is None:
                     return BufferRequest(chosen, size, sticky)

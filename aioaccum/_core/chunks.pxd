@@ -7,7 +7,7 @@ from aioaccum._core._cgc cimport gc_untrack
 
 @cython.locals(size=Py_ssize_t)
 cpdef Py_ssize_t opening_chunk_size(Py_ssize_t chunk_size, Py_ssize_t record_size,
-                                    Py_ssize_t total_memory) except -1
+                                    Py_ssize_t total_memory, Py_ssize_t batch_size) except -1
 
 @cython.locals(left=Py_ssize_t, n=Py_ssize_t, out=list)
 cpdef list parts(list chunks, Py_ssize_t size)

@@ -131,12 +131,26 @@ def next_chunk_size(chunk_size: int, capacity: int, short: int) -> int:
     return size if size >= short else short
 
 
-def opening_chunk_size(chunk_size: int, record_size: int, total_memory: int) -> int:
+def opening_chunk_size(
+    chunk_size: int, record_size: int, total_memory: int, batch_size: int
+) -> int:
     """The first chunk of a batch whose first record (``record_size`` bounds the batch of it
-    alone) outgrows ``chunk_size``: the smallest doubled size that holds it, which the pool keeps
-    on a free list, unless that exceeds ``total_memory``. At the record's own size, an odd one,
-    it was a fresh buffer per batch, and the pool gave up kept chunks to find its bytes (4 KB
-    records at 16 KiB batches: a 4092-byte buffer per batch, a fifth of each record's cost)."""
+    alone) outgrows ``chunk_size``: the smallest doubled size that holds two such records
+    (within ``batch_size``) if the pool keeps that size on a free list and it fits
+    ``total_memory``; else the smallest that holds the one record; else the record's own size.
+
+    Two, because a batch of large records that opens with room for one takes a chunk for each
+    of its next two records, and each of those records straddles a boundary (4 KB records at
+    16 KiB batches: chunks of 4, 4 and 8 KiB, two records split); with room for two it takes
+    chunks of 8 and 8 KiB and splits one. A partition that gets one large record and no more
+    holds up to one record's worth more than it needs (8 KiB for one 4 KB record).
+    At the record's own size, an odd one, it was a fresh buffer per batch, and the pool gave up
+    kept chunks to find its bytes (a 4092-byte buffer per batch, a fifth of each record's
+    cost)."""
+    if batch_size > record_size:
+        size = next_chunk_size(chunk_size, 0, min(2 * record_size, batch_size))
+        if size <= largest_chunk_for(chunk_size) and size <= total_memory:
+            return size  # a size the pool keeps
     size = next_chunk_size(chunk_size, 0, record_size)
     return size if size <= total_memory else record_size
 

@@ -333,9 +333,9 @@ def test_lz4_section_within_one_block_spanning_chunks_is_compressed_at_once(
 
 
 def test_a_first_record_above_a_chunk_opens_the_batch_with_a_kept_doubled_size() -> None:
-    # A 1000-byte record bounds a batch of ~1070 bytes: the batch opens with a 2048-byte chunk
-    # (256 doubled three times), which the pool keeps and hands to the next such batch, rather
-    # than a fresh buffer of the record's odd size per batch.
+    # A 1000-byte record bounds a batch of ~1070 bytes: the batch opens with room for two such
+    # records, a 4096-byte chunk (256 doubled four times), which the pool keeps and hands to the
+    # next such batch, rather than a fresh buffer of the record's odd size per batch.
     acc, pool = make(memory=64 * CHUNK)
     value = b"v" * 1000
     seen = []
@@ -343,17 +343,24 @@ def test_a_first_record_above_a_chunk_opens_the_batch_with_a_kept_doubled_size()
         got = put(acc, round_ % PARTITIONS, value)
         assert isinstance(got, FutureRecordMetadata)
         (batch,) = drain_all(acc)
-        assert [len(c) for c in batch.builder.chunks] == [8 * CHUNK]
+        assert [len(c) for c in batch.builder.chunks] == [16 * CHUNK]
         seen.append(batch.builder.chunks[0])
         books(acc, pool)
         batch.complete(0, -1)
         acc.deallocate(batch)
-        assert pool.statistics().free_sized == 8 * CHUNK
+        assert pool.statistics().free_sized == 16 * CHUNK
     assert seen[0] is seen[1] is seen[2]
 
 
-def test_opening_chunk_size_stays_within_the_pool() -> None:
-    assert opening_chunk_size(2048, 4092, 32 << 20) == 4096
-    assert opening_chunk_size(2048, 9000, 32 << 20) == 16384
-    assert opening_chunk_size(2048, 9000, 10_000) == 9000  # 16 KiB would not fit the pool
-    assert opening_chunk_size(2048, 100_000, 32 << 20) == 100_000  # above the largest kept
+def test_opening_chunk_size_holds_two_records_within_the_batch_and_the_pool() -> None:
+    kib16, mib32 = 16 << 10, 32 << 20
+    assert opening_chunk_size(2048, 4092, mib32, kib16) == 8192  # two 4 KB records
+    assert opening_chunk_size(2048, 4092, mib32, 4096) == 4096  # the batch holds one
+    assert opening_chunk_size(2048, 4092, 6000, kib16) == 4096  # two would not fit the pool
+    assert opening_chunk_size(2048, 9000, mib32, kib16) == 16384  # within batch_size
+    assert opening_chunk_size(2048, 9000, 10_000, kib16) == 9000  # 16 KiB would not fit the pool
+    assert opening_chunk_size(2048, 30_000, mib32, 1 << 20) == 65536  # two, the largest kept
+    assert opening_chunk_size(2048, 40_000, mib32, 1 << 20) == 65536  # one: two is past it
+    assert opening_chunk_size(2048, 40_000, 50_000, 1 << 20) == 40_000  # one: 64 KiB too many
+    assert opening_chunk_size(2048, 100_000, mib32, 1 << 20) == 100_000  # never twice a big one
+    assert opening_chunk_size(2048, 100_000, mib32, kib16) == 100_000  # above the largest kept
