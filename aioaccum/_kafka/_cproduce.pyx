@@ -4,9 +4,9 @@
 
 Both run once per produce request. In Python they cost a struct call, a slice or a ``bytes``
 per field; here the pieces between the batches are written into one C buffer, and the answer
-is read with C integer loads. The answer's keys are the request's own ``TopicPartition``
-objects when the broker answers in the order it was asked (it does: it keeps the request's
-order), so a common answer allocates one tuple per partition and decodes no topic name.
+is read with C integer loads. Where the answer lists the partitions in the order the request
+did (checked one by one), its keys are the request's own ``TopicPartition`` objects: no topic
+name is decoded and no key is made. An answer in another order is read all the same.
 The parity tests hold both implementations to the same bytes and the same answers.
 """
 
