@@ -18,7 +18,7 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 
 from aioaccum._core.cluster import TopicPartition
-from aioaccum._kafka.answers import PartitionResponse, ProduceAnswers
+from aioaccum._kafka.answers import PartitionResponse, ProduceAnswers, batch_bytes_of
 from aioaccum._kafka.errors import broker_error_for_code
 
 cdef extern from "Python.h":
@@ -226,18 +226,6 @@ cdef int _need(Py_ssize_t pos, Py_ssize_t width, Py_ssize_t end) except -1:
     return 0
 
 
-cdef object _size_of(list batches, str topic, long partition):
-    """Bytes of the batch sent to one partition, for an error's message."""
-    cdef Py_ssize_t total
-    for tp, chunks in batches:
-        if tp[1] == partition and tp[0] == topic:
-            total = 0
-            for chunk in chunks:
-                total += len(chunk)
-            return total
-    return None
-
-
 def read_answers(int version, bytes body, batches):
     """A produce response v3 to v7's body (after its header) as the sender's answers: see
     :func:`aioaccum._kafka.produce.read_answers`, which this matches (version 12 stays there)."""
@@ -297,7 +285,7 @@ def read_answers(int version, bytes body, batches):
             if code:
                 error = broker_error_for_code(
                     code, None, topic=topic,
-                    batch_bytes=_size_of(asked_list, topic, partition),
+                    batch_bytes=batch_bytes_of(asked_list, topic, partition),
                 )
             answer = aioaccum_new_named(_PartitionResponse, 3)
             Py_INCREF(error)

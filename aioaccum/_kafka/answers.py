@@ -7,11 +7,13 @@ without importing each other.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
+from aioaccum._core.cluster import TopicPartition
 from aioaccum.errors import BrokerError
 
-__all__ = ["PartitionResponse", "ProduceAnswers"]
+__all__ = ["PartitionResponse", "ProduceAnswers", "batch_bytes_of"]
 
 
 class PartitionResponse(NamedTuple):
@@ -28,3 +30,14 @@ class ProduceAnswers(dict):  # type: ignore[type-arg]  # dict[TopicPartition, Pa
     (``throttle_time_ms``, for the ``produce-throttle-time`` metrics)."""
 
     throttle_time_ms = 0
+
+
+def batch_bytes_of(
+    batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]], topic: str, partition: int
+) -> int | None:
+    """Bytes of the batch sent to one partition, for an error's message (errors are rare: a
+    search, not a map built for every request)."""
+    for tp, chunks in batches:
+        if tp[1] == partition and tp[0] == topic:
+            return sum(len(chunk) for chunk in chunks)
+    return None

@@ -23,7 +23,7 @@ from aiokafka.protocol.produce import (
 )
 
 from aioaccum._core.cluster import TopicPartition
-from aioaccum._kafka.answers import PartitionResponse, ProduceAnswers
+from aioaccum._kafka.answers import PartitionResponse, ProduceAnswers, batch_bytes_of
 from aioaccum._kafka.errors import broker_error_for_code
 from aioaccum._kafka.wire import I32, NO_TAGS, Call, Reader, compact_str, uvarint
 
@@ -301,7 +301,7 @@ def read_answers(
             error = None
             if code:
                 error = broker_error_for_code(
-                    code, None, topic=topic, batch_bytes=_size_of(batches, topic, partition)
+                    code, None, topic=topic, batch_bytes=batch_bytes_of(batches, topic, partition)
                 )
             out[TopicPartition(topic, partition)] = PartitionResponse(error, offset, timestamp)
     out.throttle_time_ms = _INT32.unpack_from(body, pos)[0]
@@ -320,7 +320,8 @@ def answers_from(
             message: Any = info[6] if len(info) > 6 else None
             error = (
                 broker_error_for_code(
-                    code, message, topic=topic, batch_bytes=_size_of(batches, topic, partition)
+                    code, message, topic=topic,
+                    batch_bytes=batch_bytes_of(batches, topic, partition),
                 )
                 if code
                 else None
@@ -329,17 +330,6 @@ def answers_from(
                 error, int(offset), int(timestamp)
             )
     return out
-
-
-def _size_of(
-    batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]], topic: str, partition: int
-) -> int | None:
-    """Bytes of the batch sent to one partition, for an error's message (errors are rare: a
-    search, not a map built for every request)."""
-    for tp, chunks in batches:
-        if tp[1] == partition and tp[0] == topic:
-            return sum(len(chunk) for chunk in chunks)
-    return None
 
 
 # The pure-Python framing stays as the reference, for the parity tests and for
