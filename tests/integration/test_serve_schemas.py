@@ -96,7 +96,10 @@ def _context(topic: str, field: MessageField) -> SerializationContext:
 
 @pytest.fixture
 def confluent_registry(schema_registry_url: str) -> Iterator[ConfluentRegistry]:
-    with ConfluentRegistry({"url": schema_registry_url}) as registry:
+    # Its HTTP client waits forever by default: a request the registry left unanswered once
+    # (seen under a loaded CI run) held the test to pytest's timeout. With a bound, the
+    # client's own retries (3 by default, on transport errors) ask again.
+    with ConfluentRegistry({"url": schema_registry_url, "timeout": 20}) as registry:
         yield registry
 
 
