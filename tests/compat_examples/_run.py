@@ -10,6 +10,7 @@ Usage: ``python tests/compat_examples/_run.py BOOTSTRAP EXAMPLE.py``
 from __future__ import annotations
 
 import runpy
+import signal
 import sys
 from typing import Any
 
@@ -28,6 +29,11 @@ def main(bootstrap: str, example: str) -> None:
     setattr(compat, "AIOKafkaProducer", Producer)  # noqa: B010  # what the example imports
     setattr(compat, "AIOKafkaConsumer", Consumer)  # noqa: B010
     sys.argv = [example]
+    # The tests stop an example with Ctrl-C's signal, as a person would. A test run started in
+    # the background of a shell without job control (`cmd &` in a script) inherits SIGINT
+    # ignored, and then neither Python nor asyncio.run would turn it into a stop: the example
+    # would run on until killed. A terminal's default, restored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     runpy.run_path(example, run_name="__main__")
 
 
