@@ -67,6 +67,9 @@ cdef class RecordAccumulator:
 
     cpdef _sticky_appended(self, str topic, partition, Py_ssize_t size, bint full)
 
+    # Once per batch answered, from the sender's core: a C call.
+    cpdef deallocate(self, ProducerBatch batch)
+
     cdef _wake(self, bint for_thread)
 
     @cython.locals(index=ReadyIndex, forced=cython.bint, deadline=cython.double,

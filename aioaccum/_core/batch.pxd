@@ -27,3 +27,6 @@ cdef class ProducerBatch:
 
     @cython.locals(future=RecordFuture, delta=Py_ssize_t)
     cpdef RecordFuture try_append(self, timestamp, key, value, headers, bint for_thread=*)
+
+    # Once per batch answered, from the sender's core: a C call.
+    cpdef bint complete(self, long long base_offset, long long log_append_time) except -1

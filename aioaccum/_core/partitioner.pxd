@@ -29,7 +29,8 @@ cdef class BuiltInPartitioner:
     @cython.locals(state=_TopicState)
     cpdef bint on_new_batch(self, str topic, partition) except -1
 
-    @cython.locals(top=cython.longlong, pick=cython.longlong, i=Py_ssize_t, loads=list)
+    @cython.locals(top=cython.longlong, pick=cython.longlong, i=Py_ssize_t, loads=list,
+                   sizes=dict, load=cython.longlong, total=cython.longlong)
     cdef object _next_partition(self, str topic, _TopicState state, cluster)
 
     cdef Py_ssize_t _below(self, Py_ssize_t n) except -1
