@@ -40,16 +40,16 @@ from aioaccum.errors import AioAccumError
 
 __all__ = ["TURN_BYTES", "Sender"]
 
-TURN_BYTES = 128 * 1024
+TURN_BYTES = 64 * 1024
 """How many bytes of new batches (in ``batch_size`` units, one batch at least, and within a
 sixteenth of ``buffer_memory``) a caller that never suspends appends between the sender's turns,
 when one is due (the accumulator's ``batches_per_turn``). A turn per batch made each request
 carry a batch or two: with 16 KiB batches a turn every 4 records of 4 KB or 16 of 1 KB, and
 the turns' own cost (the ready check, a request and its answer per node) took a third of the
-CPU. Four 16 KiB batches a turn cut it by 28-33%; eight cut another 9% of the instructions per
-1 KB record and 3% per 4 KB one (6 partitions on 3 brokers: a request then carries the two
-batches a node can take, one per partition, instead of 1.4); sixteen gained nothing more. From
-128 KiB batches up, a turn per batch as before."""
+CPU. Four 16 KiB batches a turn cut it by 28-33%; from 64 KiB batches up, a turn per batch as
+before. Eight cut another 9% of the instructions per 1 KB record (6 partitions on 3 brokers),
+but keyed records over 6,000 partitions, where nearly every record opens a batch, then cost
+28 CPU s per million records instead of 18: four it stays."""
 
 _INF = float("inf")
 _QUIET_INIT_ATTEMPTS = 5  # InitProducerId failures logged at DEBUG before the first warning
