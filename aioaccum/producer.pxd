@@ -8,6 +8,7 @@ cdef class Producer:
     cdef public object _config
     cdef public object _kafka_override
     cdef public object _kafka
+    cdef public dict _partitions_cache
     cdef public object _pool
     cdef public RecordAccumulator _acc
     cdef public object _sender

@@ -76,7 +76,6 @@ _SENDER_OF: contextvars.ContextVar[Producer | None] = contextvars.ContextVar(
     "aioaccum_sender_of", default=None
 )
 
-
 _TRANSITIONS = {
     ProducerState.NEW: frozenset({ProducerState.RUNNING, ProducerState.CLOSED}),
     ProducerState.RUNNING: frozenset({ProducerState.CLOSED}),
@@ -106,6 +105,7 @@ class Producer:
         self._config = config
         self._kafka_override = kafka
         self._kafka: KafkaAdapter | None = None
+        self._partitions_cache: dict[str, list[int]] = {}  # see AioKafkaAdapter.topic_partitions
         self._pool: BufferPool | None = None
         self._acc: RecordAccumulator | None = None
         self._sender: Sender | None = None
@@ -172,7 +172,7 @@ class Producer:
             # partition count draws the sticky partition afresh.
             kafka.on_partition_count_change(self._partitioner.remove_topic)
         await kafka.start()
-        self._kafka = kafka
+        self._kafka, self._partitions_cache = kafka, getattr(kafka, "topic_partitions", {})
         self._pool, self._acc, self._sender, txn = build_machinery(
             cfg, kafka, self._partitioner, self._metrics, self._loop)
         # The sender's tasks, and every task they start, carry this producer in their context.
@@ -528,7 +528,7 @@ class Producer:
                 key, value, header_list, timestamp, size = self._checked(
                     key, value, headers, timestamp_ms
                 )
-            partitions = kafka.partitions_for_topic(topic)
+            partitions = self._partitions_cache.get(topic) or kafka.partitions_for_topic(topic)
             max_block_ms: float = self._max_block_ms
             if not partitions:
                 partitions, max_block_ms = await self._wait_for_topic(kafka, topic)

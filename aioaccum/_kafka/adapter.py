@@ -260,7 +260,8 @@ class AioKafkaAdapter:
         self._node_partitions: dict[int, list[TopicPartition]] = {}
         self._metadata_version = 0
         self._node_partitions_version = -1
-        # Partitions per topic looked up since the last metadata update, which empties it.
+        # Partitions per topic looked up since the last metadata update, which empties it (in
+        # place: the producer holds the dict, see topic_partitions).
         self._topic_partitions: dict[str, list[int]] = {}
         # Topic -> when it was last seen in use (Java's ProducerMetadata keeps the same map),
         # for forgetting topics idle for metadata_max_idle_ms.
@@ -417,7 +418,9 @@ class AioKafkaAdapter:
 
     def _on_metadata_update(self, _cluster: object) -> None:
         self._metadata_version += 1
-        used, self._topic_partitions = self._topic_partitions, {}
+        cache = self._topic_partitions
+        used = list(cache)  # one C call under the GIL: sends on other threads cannot interleave
+        cache.clear()
         self._forget_idle_topics(used)
 
     def _forget_idle_topics(self, used: Iterable[str]) -> None:
@@ -485,6 +488,15 @@ class AioKafkaAdapter:
     @property
     def metadata_version(self) -> int:
         return self._metadata_version
+
+    @property
+    def topic_partitions(self) -> dict[str, list[int]]:
+        """What :meth:`partitions_for_topic` answered per topic since the last metadata update.
+
+        The same dict for the adapter's life, emptied (never replaced) when metadata changes:
+        the producer reads it once per record, a dictionary lookup where the method call costs
+        several times more, and calls the method only for a topic it does not hold."""
+        return self._topic_partitions
 
     def partitions_for_topic(self, topic: str) -> Sequence[int] | None:
         # Called once per record: answer from a cache that lives until the next metadata update.
