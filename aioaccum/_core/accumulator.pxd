@@ -75,3 +75,7 @@ cdef class RecordAccumulator:
     @cython.locals(index=ReadyIndex, forced=cython.bint, deadline=cython.double,
                    next_check=cython.double)
     cpdef object ready(self, cluster, double now)
+
+    @cython.locals(sizes=dict, loads=dict, excluded=dict, batches=dict, known=dict,
+                   leader=cython.long)
+    cpdef _measure_loads(self, ReadyIndex index)

@@ -10,6 +10,8 @@ cdef class _TopicState:
     cdef public tuple in_rack
     cdef public object rack_seen
 
+    cpdef set_load(self, queue_sizes, excluded)
+
 
 cdef class BuiltInPartitioner:
     cdef public Py_ssize_t _sticky_batch_size
@@ -34,6 +36,12 @@ cdef class BuiltInPartitioner:
     cdef object _next_partition(self, str topic, _TopicState state, cluster)
 
     cdef Py_ssize_t _below(self, Py_ssize_t n) except -1
+
+    # Once per sender turn, from the accumulator's load measure: C calls.
+    cpdef object measured_topics(self)
+
+    @cython.locals(state=_TopicState)
+    cpdef update_load_stats(self, dict queue_sizes, excluded)
 
 
 cpdef object partition_for(

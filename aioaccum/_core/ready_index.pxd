@@ -29,6 +29,8 @@ cdef class ReadyIndex:
     cdef public dict _expiry_watched
 
     cpdef touch(self, tp)
+    # From the accumulator's load measure, once per partition with data per sender turn.
+    cpdef long leader(self, tp) except? -3
     cpdef opened(self, tp, double created)
 
     @cython.locals(reached=cython.double)
