@@ -24,6 +24,10 @@ cdef class SenderCore:
     cdef public double _next_init_at
     cdef public long long batches_ended
 
+    # A sender turn and an answer, from the shell (Sender): C calls.
+    cpdef list poll(self, cluster, double now)
+    cpdef list on_produce_response(self, node, list batches, answers, double now, sent=*)
+
     # Called once per batch or per request from inside the class: C calls, not Python ones.
     cdef _start_request(self, node, list batches, double now)
     cdef bint _must_mute(self, ProducerBatch batch)

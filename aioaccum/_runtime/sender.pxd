@@ -1,4 +1,6 @@
 # Compiled declarations for sender.py; see _core/futures.pxd.
+cimport cython
+from aioaccum._core.batch cimport ProducerBatch
 from aioaccum._core.sender_core cimport SenderCore
 
 
@@ -22,3 +24,17 @@ cdef class Sender:
     cdef public object _failure_log
     cdef public object before_produce
     cdef object __weakref__
+
+    # Once per sender turn, request or answer, called from inside the class: C calls rather
+    # than calls by name. (``_on_answer`` is also every request's callback, as a bound method.)
+    cpdef wakeup(self)
+    cpdef _notify_progress(self, bint always=*)
+    cpdef _carry_out(self, action)
+    cpdef double _now(self) except? -1.0
+    cpdef _send(self, request)
+
+    @cython.locals(batch=ProducerBatch, entries=list)
+    cpdef _write(self, node, list batches, double sent)
+
+    cpdef _on_answer(self, handle, answers, error)
+    cpdef _ended(self)

@@ -212,7 +212,7 @@ class Sender:
         self._progress.append(fut)
         await fut
 
-    def _notify_progress(self, *, always: bool = False) -> None:
+    def _notify_progress(self, always: bool = False) -> None:
         ended = self.core.batches_ended
         if ended == self._ended_seen and not always:
             return
@@ -357,11 +357,15 @@ class Sender:
 
     def _write(self, node: int, batches: list[ProducerBatch], sent: float) -> None:
         try:
+            # A loop, not a comprehension: compiled, ``batch`` is typed and each entry a C call.
+            entries = []
+            for batch in batches:
+                entries.append(batch.request_entry())
             handle = self._kafka.send_produce(
                 node,
                 acks=self._acks,
                 timeout_ms=self._request_timeout_ms,
-                batches=[b.request_entry() for b in batches],
+                batches=entries,
                 done=self._on_answer,
             )
         except Exception as exc:
