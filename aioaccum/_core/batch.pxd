@@ -30,3 +30,6 @@ cdef class ProducerBatch:
 
     # Once per batch answered, from the sender's core: a C call.
     cpdef bint complete(self, long long base_offset, long long log_append_time) except -1
+
+    # Once per batch sent, from the sender's typed loop: a C call.
+    cpdef tuple request_entry(self)
