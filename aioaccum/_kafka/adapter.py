@@ -644,8 +644,7 @@ class AioKafkaAdapter:
         conns = self.produce_connections
         if conns is not None:
             return conns.send_produce(
-                node, acks=acks, timeout_ms=timeout_ms, batches=batches,
-                transactional_id=self.transactional_id, v12=self.produce_v12, done=done,
+                node, acks, timeout_ms, batches, self.transactional_id, self.produce_v12, done
             )
         return TaskProduce(self.produce, node, acks, timeout_ms, batches, done)
 

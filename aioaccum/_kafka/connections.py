@@ -88,7 +88,6 @@ class ProduceConnections:
     def send_produce(
         self,
         node: int,
-        *,
         acks: int,
         timeout_ms: int,
         batches: Batches,
@@ -98,7 +97,8 @@ class ProduceConnections:
     ) -> ProduceRequest:
         """Send one produce request to ``node``: written now on its connection, or queued
         behind the node's connection attempt. ``done`` comes later from the loop, always:
-        with the answers, or with an error whose ``possibly_written`` says if it was sent."""
+        with the answers, or with an error whose ``possibly_written`` says if it was sent.
+        Not keyword-only: the adapter passes every argument by position, once per request."""
         request = ProduceRequest(acks, timeout_ms, batches, transactional_id, v12, done)
         conn = self._conns.get(node)
         if conn is not None and conn.usable:
