@@ -557,9 +557,7 @@ class RecordAccumulator:
                 for node in ready_nodes:
                     ready_at[node] = now
                     drained_at.setdefault(node, now)
-            return ReadyCheck(
-                frozenset(ready_nodes), next_check, frozenset(index.unknown_leader_topics())
-            )
+            return ReadyCheck(ready_nodes, next_check, index.unknown_leader_topics())
 
     def _measure_loads(self, index: ReadyIndex) -> None:
         """Queue lengths of the partitions with data, for the topics keyless records went to
@@ -764,8 +762,11 @@ class RecordAccumulator:
             if batch not in self._incomplete:
                 return
             self._incomplete.discard(batch)
+            # The producer's setting first: without compression, no property is read (each a
+            # lookup by name, once per batch).
             if (
-                batch.is_closed
+                self._compression is not CompressionType.NONE
+                and batch.closed
                 and batch.compression is not CompressionType.NONE
                 and batch.final_state is not FinalState.ABORTED  # never sealed: no ratio
             ):

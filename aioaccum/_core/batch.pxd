@@ -33,3 +33,6 @@ cdef class ProducerBatch:
 
     # Once per batch sent, from the sender's typed loop: a C call.
     cpdef tuple request_entry(self)
+
+    # Once per batch drained, from the ready index's drain: a C call.
+    cpdef close(self)

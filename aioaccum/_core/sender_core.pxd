@@ -1,4 +1,5 @@
 # Compiled declarations for sender_core.py; see futures.pxd.
+cimport cython
 from aioaccum._core.accumulator cimport RecordAccumulator
 from aioaccum._core.batch cimport ProducerBatch
 from aioaccum._core.metrics cimport ProducerMetrics
@@ -19,6 +20,7 @@ cdef class SenderCore:
     cdef public object fatal_error
     cdef public dict _in_flight
     cdef public dict _requests
+    cdef public double _requests_expire_at
     cdef public bint _init_pending
     cdef public long long _init_attempts
     cdef public double _next_init_at
@@ -32,6 +34,7 @@ cdef class SenderCore:
     cdef _start_request(self, node, list batches, double now)
     cdef bint _must_mute(self, ProducerBatch batch)
     cdef double _expiry_of(self, list batches)
+    @cython.locals(earliest=cython.double, expires=cython.double)
     cdef _expire_in_flight(self, double now)
     cdef _end_request(self, node, list batches)
     cdef _complete(

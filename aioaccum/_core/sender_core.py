@@ -193,6 +193,10 @@ class SenderCore:
         # when the oldest batch still pending reaches the delivery timeout). Expiry looks at
         # requests, a few per node, not at every batch in flight.
         self._requests: dict[ProducerBatch, tuple[list[ProducerBatch], float]] = {}
+        # No request's expiry comes before this (it may lag behind: a request that ended
+        # leaves it early, which costs one look too many, never one too few). Each turn looks
+        # at the requests only once it has passed.
+        self._requests_expire_at = _INF
         self._init_pending = False
         self._init_attempts = 0
         self._next_init_at = 0.0
@@ -277,8 +281,10 @@ class SenderCore:
             if self._in_flight[node] < self._max_in_flight:
                 # One batch per partition per request: the node may have more ready right away.
                 delay = 0.0
-        for _, expires in self._requests.values():
-            # Woken once the deadline has passed, for records fail at it, not before.
+        if self._requests:
+            # Woken once the deadline has passed, for records fail at it, not before (a bound
+            # that lags wakes the turn that corrects it).
+            expires = self._requests_expire_at
             if expires + CLOCK_TOLERANCE - now < delay:
                 delay = max(expires + CLOCK_TOLERANCE - now, 0.0)
         actions.append(Wait(delay))
@@ -301,7 +307,10 @@ class SenderCore:
 
     def _start_request(self, node: int, batches: list[ProducerBatch], now: float) -> None:
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
-        self._requests[batches[0]] = (batches, self._expiry_of(batches))
+        expires = self._expiry_of(batches)
+        self._requests[batches[0]] = (batches, expires)
+        if expires < self._requests_expire_at:
+            self._requests_expire_at = expires
         self._metrics.record_drained(batches, now)
         txn = self._txn
         for batch in batches:
@@ -327,8 +336,12 @@ class SenderCore:
         return oldest + self._delivery_timeout
 
     def _expire_in_flight(self, now: float) -> None:
+        if now < self._requests_expire_at:
+            return
+        earliest = _INF
         for key, (batches, expires) in list(self._requests.items()):
             if expires > now:
+                earliest = min(earliest, expires)
                 continue
             for batch in batches:
                 if batch.is_done or not batch.has_reached_delivery_timeout(
@@ -344,7 +357,10 @@ class SenderCore:
                 if self._txn is not None:
                     # The outcome of its sequence range is unknown: a reset follows.
                     self._txn.on_batch_failed(batch, error)
-            self._requests[key] = (batches, self._expiry_of(batches))
+            expires = self._expiry_of(batches)
+            self._requests[key] = (batches, expires)
+            earliest = min(earliest, expires)
+        self._requests_expire_at = earliest
 
     # --- producer id (idempotence)
 
