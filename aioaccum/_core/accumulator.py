@@ -73,6 +73,10 @@ if TYPE_CHECKING:
 
 __all__ = ["BufferRequest", "BufferSupplier", "ReadyCheck", "RecordAccumulator"]
 
+# Read once per batch that ends: a module constant is a cached lookup, where an enum member read
+# from its class goes through the class's attribute hook (Python 3.11).
+_NO_COMPRESSION = CompressionType.NONE
+
 
 # Per record of a bulk run, what counts towards stickiness besides key and value: the bound
 # send() uses (two 5-byte length varints on top of the record overhead).
@@ -765,9 +769,9 @@ class RecordAccumulator:
             # The producer's setting first: without compression, no property is read (each a
             # lookup by name, once per batch).
             if (
-                self._compression is not CompressionType.NONE
+                self._compression is not _NO_COMPRESSION
                 and batch.closed
-                and batch.compression is not CompressionType.NONE
+                and batch.compression is not _NO_COMPRESSION
                 and batch.final_state is not FinalState.ABORTED  # never sealed: no ratio
             ):
                 self._estimator.update_estimation(

@@ -36,3 +36,5 @@ cdef class ProducerBatch:
 
     # Once per batch drained, from the ready index's drain: a C call.
     cpdef close(self)
+
+    cdef bint _set_final_state(self, state) except -1

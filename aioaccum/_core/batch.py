@@ -73,6 +73,11 @@ class FinalState(enum.Enum):
     ABORTED = "aborted"
 
 
+# Read once per batch that ends: a module constant is a cached lookup, where the enum's
+# attribute goes through its class's attribute hook.
+_SUCCEEDED = FinalState.SUCCEEDED
+
+
 class ProducerBatch:
     """Records for one topic-partition, built in one pooled buffer.
 
@@ -323,7 +328,7 @@ class ProducerBatch:
 
     def complete(self, base_offset: int, log_append_time: int) -> bool:
         """Resolve every record with its offset. Returns False if the batch had already ended."""
-        if not self._set_final_state(FinalState.SUCCEEDED):
+        if not self._set_final_state(_SUCCEEDED):
             return False
         # One assignment for every record future; their metadata is built when read.
         self.result.set(base_offset, log_append_time, None)
@@ -358,7 +363,7 @@ class ProducerBatch:
         if current is None:
             self._final_state = state
             return True
-        if current is FinalState.SUCCEEDED:
+        if current is _SUCCEEDED:
             raise RuntimeError(
                 f"batch for {self.tp} already succeeded; cannot move to {state.name}"
             )

@@ -21,6 +21,8 @@ cdef class ProduceRequestResult:
 
     cdef _settle(self)
     cdef _track(self)
+    # Once per batch that ends, from the batch: a C call.
+    cpdef set(self, long long base_offset, long long log_append_time, error)
 
 
 # In and out of the garbage collector's lists (ProduceRequestResult._settle says why).

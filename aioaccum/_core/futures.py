@@ -68,6 +68,10 @@ __all__ = [
 # against the batch ending meanwhile. Reentrant: concurrent.futures.wait takes the "condition" of
 # every future it waits for, and many of ours share it.
 THREAD_LOCK = threading.RLock()
+# Its two methods, looked up once: ProduceRequestResult.set takes the lock once per batch, and a
+# ``with`` block looks up ``__enter__`` and ``__exit__`` by name each time.
+_lock_thread = THREAD_LOCK.acquire
+_unlock_thread = THREAD_LOCK.release
 
 
 class RecordMetadata(NamedTuple):
@@ -167,7 +171,8 @@ class ProduceRequestResult:
         in one loop callback."""
         if self.done:
             return
-        with THREAD_LOCK:
+        _lock_thread()
+        try:
             self.base_offset = base_offset
             self.log_append_time = log_append_time
             self.error = error
@@ -178,6 +183,8 @@ class ProduceRequestResult:
             waiters = self._thread_waiters
             self._thread_waiters = None
             pending = bool(self._callbacks or self._listeners)
+        finally:
+            _unlock_thread()
         if latch is not None:
             latch.release()
         if waiters is not None:

@@ -134,6 +134,10 @@ _TRANSITIONS = {
     SenderState.FAILED: frozenset(),
 }
 _INF = float("inf")
+# Read on every turn: a module constant is a cached lookup, where an enum member read from its
+# class goes through the class's attribute hook (Python 3.11), a tenth of a turn's checks.
+_RUNNING = SenderState.RUNNING
+_CLOSING = SenderState.CLOSING
 # Answers that leave a batch possibly in the log: the leader wrote it and the replication wait
 # ended without an outcome.
 # NOT_LEADER_OR_FOLLOWER too: with acks=all, a leader that lost its leadership while waiting for
@@ -231,9 +235,9 @@ class SenderCore:
     def must_run(self) -> bool:
         """Whether the shell's loop goes on: running, or closing with work left."""
         state = self.state
-        if state is SenderState.RUNNING:
+        if state is _RUNNING:
             return True
-        if state is SenderState.CLOSING:
+        if state is _CLOSING:
             # Until every record has an outcome. A request whose records all expired only holds
             # buffers, and the shell cancels it on the way out rather than wait for an answer
             # that may never come.
