@@ -14,10 +14,9 @@ class MemoryRecordsBuilder:
     def __init__(
         self,
         buffer: bytearray,
-        *,
+        write_limit: int,
         compression: CompressionType = ...,
         compression_level: int | None = None,
-        write_limit: int,
         base_timestamp: int | None = None,
         estimated_ratio: float = 1.0,
         chunk_size: int = 0,

@@ -366,10 +366,9 @@ cdef class MemoryRecordsBuilder:
     def __init__(
         self,
         buffer,
-        *,
+        write_limit,
         compression=CompressionType.NONE,
         compression_level=None,
-        write_limit,
         base_timestamp=None,
         estimated_ratio=1.0,
         chunk_size=0,

@@ -62,6 +62,10 @@ cdef class RecordAccumulator:
         partitions, cluster, double now, granted, bint for_thread
     )
 
+    # Once per batch opened: a C call.
+    cpdef ProducerBatch _new_batch(self, tp, buffer, double now, bint from_pool=*,
+                                   Py_ssize_t write_limit=*)
+
     @cython.locals(tps=list)
     cpdef object _topic_partition(self, str topic, partition, partitions)
 

@@ -507,7 +507,6 @@ class RecordAccumulator:
         tp: TopicPartition,
         buffer: bytearray,
         now: float,
-        *,
         from_pool: bool = True,
         write_limit: int = 0,
     ) -> ProducerBatch:
@@ -520,17 +519,19 @@ class RecordAccumulator:
         # enum's hash in Python) for each of its batches.
         compression = self._compression
         ratio = self._estimator.estimation(tp.topic, compression) if compression else 1.0
+        # By position: once per batch, a call with keywords costs as much again to parse.
         builder = MemoryRecordsBuilder(
             buffer,
-            compression=self._compression,
-            compression_level=self._compression_level,
-            write_limit=write_limit or self._batch_size,
-            estimated_ratio=ratio,
-            chunk_size=self._chunk_size if chunked else 0,
-            chunk_source=self._chunk_source if chunked else None,
-            chunk_sink=self._chunk_sink if chunked else None,
+            write_limit or self._batch_size,
+            self._compression,
+            self._compression_level,
+            None,
+            ratio,
+            self._chunk_size if chunked else 0,
+            self._chunk_source if chunked else None,
+            self._chunk_sink if chunked else None,
         )
-        return ProducerBatch(tp, builder, now, loop=self._loop, from_pool=from_pool)
+        return ProducerBatch(tp, builder, now, self._loop, from_pool)
 
     # --- deciding what to send
 

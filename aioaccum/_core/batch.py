@@ -109,7 +109,6 @@ class ProducerBatch:
         tp: TopicPartition,
         builder: MemoryRecordsBuilder,
         now: float,
-        *,
         loop: CallbackLoop | None = None,
         from_pool: bool = True,
     ) -> None:
