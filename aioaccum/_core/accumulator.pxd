@@ -80,6 +80,11 @@ cdef class RecordAccumulator:
                    next_check=cython.double)
     cpdef object ready(self, cluster, double now)
 
+    # Once per sender turn, from the sender's core: C calls.
+    @cython.locals(index=ReadyIndex, out=dict)
+    cpdef dict drain(self, cluster, nodes, Py_ssize_t max_size, double now)
+    cpdef list expired_batches(self, double now)
+
     @cython.locals(sizes=dict, loads=dict, excluded=dict, batches=dict, known=dict,
                    leader=cython.long)
     cpdef _measure_loads(self, ReadyIndex index)

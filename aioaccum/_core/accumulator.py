@@ -544,7 +544,9 @@ class RecordAccumulator:
         with data and a leader, leaving out (with the availability timeout on) those whose
         leader has been ready without being drained for longer than that timeout.
         """
-        with self._lock:
+        # acquire/release, not ``with`` (see deallocate): once per sender turn.
+        self._acquire()
+        try:
             index = self._index
             index.sync(cluster, now)
             forced = self._pool.queued() > 0 or self._closed or self._flushes_in_progress > 0
@@ -563,6 +565,8 @@ class RecordAccumulator:
                     ready_at[node] = now
                     drained_at.setdefault(node, now)
             return ReadyCheck(ready_nodes, next_check, index.unknown_leader_topics())
+        finally:
+            self._release()
 
     def _measure_loads(self, index: ReadyIndex) -> None:
         """Queue lengths of the partitions with data, for the topics keyless records went to
@@ -620,7 +624,8 @@ class RecordAccumulator:
     ) -> dict[int, list[ProducerBatch]]:
         """Take at most one batch per partition for each node, within ``max_size`` bytes,
         starting each node after the partition its previous drain served last."""
-        with self._lock:
+        self._acquire()
+        try:
             index = self._index
             index.sync(cluster, now)
             out: dict[int, list[ProducerBatch]] = {}
@@ -636,13 +641,18 @@ class RecordAccumulator:
                 if batches:
                     out[node] = batches
             return out
+        finally:
+            self._release()
 
     # --- expiry, retries, completion
 
     def expired_batches(self, now: float) -> list[ProducerBatch]:
         """Remove and return queued batches older than ``delivery_timeout``."""
-        with self._lock:
+        self._acquire()
+        try:
             return self._index.expired(now)
+        finally:
+            self._release()
 
     def reenqueue(self, batch: ProducerBatch, now: float, backoff: float) -> None:
         """Put a batch that must be retried back at the head of its partition's deque.
