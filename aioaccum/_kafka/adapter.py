@@ -111,14 +111,14 @@ class KafkaAdapter(Protocol):
     def send_produce(
         self,
         node: int,
-        *,
         acks: int,
         timeout_ms: int,
         batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]],
         done: ProduceDone,
     ) -> ProduceHandle:
         """Send one produce request to ``node`` without waiting for it; each batch is its
-        list of buffers, written as they are. ``done`` tells how it ended."""
+        list of buffers, written as they are. ``done`` tells how it ended. The sender passes
+        the arguments by position (once per request: keywords cost as much again to parse)."""
         ...
 
     async def init_producer_id(self) -> tuple[int, int]: ...
@@ -635,7 +635,6 @@ class AioKafkaAdapter:
     def send_produce(
         self,
         node: int,
-        *,
         acks: int,
         timeout_ms: int,
         batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]],

@@ -362,11 +362,7 @@ class Sender:
             for batch in batches:
                 entries.append(batch.request_entry())
             handle = self._kafka.send_produce(
-                node,
-                acks=self._acks,
-                timeout_ms=self._request_timeout_ms,
-                batches=entries,
-                done=self._on_answer,
+                node, self._acks, self._request_timeout_ms, entries, self._on_answer
             )
         except Exception as exc:
             self._request_broken(node, batches, exc)

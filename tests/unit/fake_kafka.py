@@ -106,7 +106,6 @@ class FakeKafka:
     def send_produce(
         self,
         node: int,
-        *,
         acks: int,
         timeout_ms: int,
         batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]],

@@ -58,7 +58,6 @@ class OnConnection(FakeKafka):
     def send_produce(  # type: ignore[override]
         self,
         node: int,
-        *,
         acks: int,
         timeout_ms: int,
         batches: Sequence[tuple[TopicPartition, Sequence[memoryview]]],
